@@ -1,0 +1,47 @@
+"""Development tasks: ``nox -s tests lint typecheck``, ``nox -s conformance``, ``nox -s bench``."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["tests", "lint", "typecheck", "conformance"]
+nox.options.reuse_existing_virtualenvs = True
+
+PYTHON = "3.11"
+TYPED = ["stm_conformance", "reference_impl", "adapters/stm_stores"]
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """The project's own tests (reference backend, stores, the kit itself)."""
+    session.install("-e", ".[dev]")
+    session.run("pytest", "-q", "-n", "2", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def conformance(session: nox.Session) -> None:
+    """The conformance suite against the reference backend, from an empty directory."""
+    session.install(".")
+    tmp = session.create_tmp()
+    session.chdir(tmp)
+    session.run("pytest", "--stm-backend=reference", "--stm-report=stm-report.json", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    session.install("-e", ".[dev]")
+    session.run("mypy", "--strict", *TYPED)
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Cost of ``add_turn`` against the number of retained turns (side by side, one run)."""
+    session.install("-e", ".[dev]")
+    session.run("python", "tests/bench/bench_add_turn.py", *session.posargs)

@@ -1,0 +1,154 @@
+"""Token budgets (spec group BUD): measuring the view and trimming it to fit.
+
+All trimming happens here. Trimming never deletes a turn that no summary covers: pending
+turns are hidden from the view (BUD-010), evicted recent turns move to pending (or, when
+degraded, to the bounded backlog), and only the summary text is ever shortened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from . import watermark
+from .entries import Entry, MemoryState
+from .tokens import TokenMeter, json_string
+from .types import ShortTermMemoryConfig
+
+__all__ = ["Budget"]
+
+_Part = tuple[int, int, Callable[[], Iterable[str]]]
+
+
+def _part(entries: Sequence[Entry], chars: int | None = None) -> _Part:
+    if chars is None:
+        chars = sum(len(e.fragment) for e in entries)
+    return len(entries), chars, lambda: (e.fragment for e in entries)
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    config: ShortTermMemoryConfig
+    meter: TokenMeter
+
+    @classmethod
+    def for_config(cls, config: ShortTermMemoryConfig) -> Budget:
+        budget = cls(config, TokenMeter.for_estimator(config.token_estimator))
+        budget.check_satisfiable()
+        return budget
+
+    @property
+    def limit(self) -> int:
+        return self.config.budget.total_max_tokens
+
+    def check_satisfiable(self) -> None:
+        """BUD-009: reject a budget that not even the empty view fits."""
+        if self.config.strategy == "none" or not self.limit:
+            return
+        empty = self.meter.view_tokens(None, None, _part(()))
+        if empty > self.limit:
+            raise ValueError(
+                f"total_max_tokens={self.limit} is below the {empty} tokens of an empty "
+                "memory view; raise it or set it to 0 (no limit)"
+            )
+
+    # -- measuring -------------------------------------------------------------------
+
+    def _shows_summary(self, state: MemoryState) -> bool:
+        return self.config.strategy == "rolling_summary" and not state.health.degraded
+
+    def tokens(self, state: MemoryState) -> int:
+        """``estimator(canonical_json(view))`` without building the view (BUD-008)."""
+        if self.config.strategy == "none":
+            return self.meter.estimator("{}")
+        recent = _part(state.recent, state.recent_chars)
+        if not self._shows_summary(state):
+            return self.meter.view_tokens(None, None, recent)
+        visible = state.pending[state.visible_from :] if self.meter.from_length is None else ()
+        pending = (
+            len(state.pending) - state.visible_from,
+            state.visible_chars,
+            lambda: (e.fragment for e in visible),
+        )
+        return self.meter.view_tokens(state.summary_json, pending, recent)
+
+    def fits(self, state: MemoryState) -> bool:
+        return not self.limit or self.tokens(state) <= self.limit
+
+    def summary_fits(self, summary: str) -> bool:
+        return self.meter.text_size(summary) <= self.config.budget.summary_max_tokens
+
+    def fits_after_add(self, state: MemoryState, entry: Entry) -> bool:
+        """Would the view fit if ``entry`` were added? For the ``error`` policy (BUD-006)."""
+        if not self.limit:
+            return True
+        window = [*state.recent, entry]
+        cut = max(0, len(window) - self.config.budget.full_zone_turns)
+        evicted, kept = window[:cut], window[cut:]
+        if not self._shows_summary(state):
+            return self.meter.view_tokens(None, None, _part(kept)) <= self.limit
+        pending = state.pending[state.visible_from :] + evicted
+        tokens = self.meter.view_tokens(state.summary_json, _part(pending), _part(kept))
+        return tokens <= self.limit
+
+    def fits_after_install(self, state: MemoryState, batch: watermark.Batch, summary: str) -> bool:
+        """Would the view fit with ``summary`` installed? For the ``error`` policy (BUD-007)."""
+        if not self.limit:
+            return True
+        if batch.recovering:
+            pending = [e for e in state.backlog if e.seq > batch.through]
+        else:
+            pending = [e for e in state.pending if e.seq > batch.through]
+        summary_json = json_string(summary) if summary else None
+        tokens = self.meter.view_tokens(summary_json, _part(pending), _part(state.recent))
+        return tokens <= self.limit
+
+    # -- trimming --------------------------------------------------------------------
+
+    def enforce(self, state: MemoryState) -> None:
+        """Trim until the view fits (BUD-001, BUD-004, BUD-005). Each step shrinks the view,
+        so the loop terminates; ``check_satisfiable`` guarantees the empty view fits."""
+        if not self.limit or self.config.budget.overflow_policy == "error":
+            return
+        first_summary = self.config.budget.overflow_policy == "truncate_summary"
+        while not self.fits(state):
+            if first_summary and state.summary and self._shows_summary(state):
+                self._shorten_summary(state)
+            elif state.visible_from < len(state.pending) and self._shows_summary(state):
+                state.hide_oldest_visible()
+            elif state.recent:
+                watermark.evict_oldest_recent(state, self.config)
+            elif state.summary and self._shows_summary(state):
+                self._shorten_summary(state)
+            else:  # pragma: no cover - excluded by check_satisfiable
+                raise AssertionError("empty view exceeds the budget")
+
+    def settle(self, state: MemoryState) -> None:
+        """Recompute the visible pending run from scratch, then trim (after bulk changes)."""
+        state.show_all_pending()
+        self.enforce(state)
+
+    def _shorten_summary(self, state: MemoryState) -> None:
+        """Keep the longest tail of the summary that fits; drop it if none does."""
+        text = state.summary
+        low, high = 0, len(text) - 1  # candidate kept lengths; the full text does not fit
+        best = 0
+        while low <= high:
+            mid = (low + high) // 2
+            state.set_summary(text[len(text) - mid :] if mid else "")
+            if self.fits(state):
+                best, low = mid, mid + 1
+            else:
+                high = mid - 1
+        state.set_summary(text[len(text) - best :] if best else "")
+
+    def clip_summary(self, text: str) -> str:
+        """The longest tail of ``text`` within ``summary_max_tokens`` (for loaded states)."""
+        low, high, best = 0, len(text), 0
+        while low <= high:
+            mid = (low + high) // 2
+            if self.summary_fits(text[len(text) - mid :] if mid else ""):
+                best, low = mid, mid + 1
+            else:
+                high = mid - 1
+        return text[len(text) - best :] if best else ""

@@ -1,0 +1,51 @@
+"""Fire-and-forget callbacks, delivered in event order (spec group CB).
+
+Each callback gets its own queue and a worker task that awaits calls one at a time: the
+memory never waits for a callback (CB-004), and events of one kind arrive in the order they
+happened (CB-003). Exceptions are logged, never left on a task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+__all__ = ["CallbackQueue"]
+
+logger = logging.getLogger("reference_impl.memory")
+
+
+class CallbackQueue:
+    def __init__(self, name: str, callback: Callable[..., Awaitable[None]] | None) -> None:
+        self._name = name
+        self._callback = callback
+        self._events: deque[tuple[Any, ...]] = deque()
+        self._task: asyncio.Task[None] | None = None
+
+    def emit(self, *args: Any) -> None:
+        if self._callback is None:
+            return
+        self._events.append(args)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(
+                self._drain(), name=f"stm-callback-{self._name}"
+            )
+
+    async def _drain(self) -> None:
+        assert self._callback is not None
+        while self._events:
+            args = self._events.popleft()
+            try:
+                await self._callback(*args)
+            except Exception:
+                logger.warning("%s callback raised; ignored", self._name, exc_info=True)
+
+    async def aclose(self) -> None:
+        self._events.clear()
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

@@ -1,0 +1,104 @@
+"""A stored turn with its rendering, and the mutable state of one memory.
+
+Each turn is rendered and serialised once, when it is added; the view, the token meter and
+the summarizer payload reuse that work.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from .health import HealthMachine
+from .tokens import canonical_json, json_string
+from .types import ConversationTurn, MemoryKey
+
+__all__ = ["Entry", "MemoryState", "render_turn"]
+
+
+def render_turn(turn: ConversationTurn, *, include_digest: bool) -> dict[str, Any]:
+    """The JSON form of a turn in a view and in a summarizer payload (STR-004)."""
+    rendered: dict[str, Any] = {"user": turn.user_message, "assistant": turn.assistant_response}
+    digest = turn.trajectory_digest
+    if include_digest and digest is not None:
+        rendered["trajectory_digest"] = {
+            "tools_invoked": list(digest.tools_invoked),
+            "observations_summary": digest.observations_summary,
+            "reasoning_summary": digest.reasoning_summary,
+            "artifacts_refs": list(digest.artifacts_refs),
+        }
+    return rendered
+
+
+@dataclass(slots=True)
+class Entry:
+    """A turn, its position in the conversation (``seq``) and its cached rendering."""
+
+    seq: int
+    turn: ConversationTurn
+    rendered: dict[str, Any]
+    fragment: str
+
+    @classmethod
+    def make(cls, seq: int, turn: ConversationTurn, *, include_digest: bool) -> Entry:
+        rendered = render_turn(turn, include_digest=include_digest)
+        return cls(seq, turn, rendered, canonical_json(rendered))
+
+
+@dataclass(slots=True)
+class MemoryState:
+    """Everything a memory knows; replaced as a whole by ``from_dict``.
+
+    ``pending[visible_from:]`` are the pending turns shown in the view (BUD-010);
+    ``*_chars`` are running sums of fragment lengths for the token meter.
+    """
+
+    health: HealthMachine
+    key: MemoryKey | None = None
+    summary: str = ""
+    summary_json: str | None = None
+    recent: deque[Entry] = field(default_factory=deque)
+    recent_chars: int = 0
+    pending: list[Entry] = field(default_factory=list)
+    visible_from: int = 0
+    visible_chars: int = 0
+    backlog: deque[Entry] = field(default_factory=deque)
+    next_seq: int = 1
+    summarized_through: int = 0
+    dropped_turns: int = 0
+    revision: int = 0
+
+    def set_summary(self, text: str) -> None:
+        self.summary = text
+        self.summary_json = json_string(text) if text else None
+
+    def push_recent(self, entry: Entry) -> None:
+        self.recent.append(entry)
+        self.recent_chars += len(entry.fragment)
+
+    def pop_recent(self) -> Entry:
+        entry = self.recent.popleft()
+        self.recent_chars -= len(entry.fragment)
+        return entry
+
+    def push_pending(self, entry: Entry) -> None:
+        # The newest pending turn joins the visible run; the budget hides it if needed.
+        self.pending.append(entry)
+        self.visible_chars += len(entry.fragment)
+
+    def hide_oldest_visible(self) -> None:
+        self.visible_chars -= len(self.pending[self.visible_from].fragment)
+        self.visible_from += 1
+
+    def show_all_pending(self) -> None:
+        self.visible_from = 0
+        self.visible_chars = sum(len(e.fragment) for e in self.pending)
+
+    @property
+    def visible_pending(self) -> list[Entry]:
+        return self.pending[self.visible_from :]
+
+    def all_entries(self) -> list[Entry]:
+        """Every retained turn, oldest first."""
+        return [*self.backlog, *self.pending, *self.recent]

@@ -1,0 +1,72 @@
+"""The summarizer health state machine (spec group HLT), as plain data.
+
+    HEALTHY --failure--> RETRY --failure x retry_attempts--> DEGRADED
+       ^                   |                                  |   ^
+       +-----success-------+            interval elapsed -----+   | failure
+       +------------------------success---- RECOVERING <------+---+
+
+The memory asks this machine what to do next and reports outcomes to it; it holds no
+asyncio objects, so every transition is unit-testable without a loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .types import MemoryHealth
+
+__all__ = ["HealthMachine", "Transition"]
+
+Transition = tuple[MemoryHealth, MemoryHealth]
+
+
+@dataclass(slots=True)
+class HealthMachine:
+    retry_attempts: int
+    backoff_base_s: float
+    degraded_interval_s: float
+    state: MemoryHealth = MemoryHealth.HEALTHY
+    #: Consecutive failed calls since the last success (the first attempt counts).
+    failures: int = 0
+    #: Monotonic time before which no retry (RETRY) or recovery (DEGRADED) may start.
+    not_before: float = 0.0
+
+    @property
+    def degraded(self) -> bool:
+        """DEGRADED or RECOVERING: the view shows recent turns only."""
+        return self.state in (MemoryHealth.DEGRADED, MemoryHealth.RECOVERING)
+
+    def on_success(self) -> Transition:
+        old = self.state
+        self.state = MemoryHealth.HEALTHY
+        self.failures = 0
+        self.not_before = 0.0
+        return old, self.state
+
+    def on_failure(self, now: float) -> Transition:
+        old = self.state
+        if old is MemoryHealth.RECOVERING:
+            self.state = MemoryHealth.DEGRADED
+            self.not_before = now + self.degraded_interval_s
+            return old, self.state
+        self.failures += 1
+        if self.failures <= self.retry_attempts:
+            # HLT-002: retry n waits base * 2**(n-1).
+            self.state = MemoryHealth.RETRY
+            self.not_before = now + self.backoff_base_s * 2 ** (self.failures - 1)
+        else:
+            self.state = MemoryHealth.DEGRADED
+            self.not_before = now + self.degraded_interval_s
+        return old, self.state
+
+    def begin_recovery(self, now: float) -> Transition:
+        old = self.state
+        if old is not MemoryHealth.DEGRADED:
+            raise RuntimeError(f"recovery starts from DEGRADED, not {old.value}")
+        self.state = MemoryHealth.RECOVERING
+        self.not_before = now + self.degraded_interval_s
+        return old, self.state
+
+    def wait_s(self, now: float) -> float:
+        """Seconds until the next call may start (0 when it may start now)."""
+        return max(0.0, self.not_before - now)

@@ -1,0 +1,391 @@
+"""``DefaultShortTermMemory``: the reference backend.
+
+This module only orchestrates. Where turns go is :mod:`.watermark`, what fits is
+:mod:`.budget`, when the summarizer may run is :mod:`.health`, the persisted form is
+:mod:`.schema`. Every mutation of state is synchronous, so concurrent ``add_turn`` calls on
+one event loop cannot interleave inside one (CON-001) and no lock is needed; the only
+awaits are the summarizer call and sleeps, both in the memory's own worker task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from types import TracebackType
+from typing import Any
+
+from . import schema, watermark
+from .budget import Budget
+from .callbacks import CallbackQueue
+from .entries import Entry, MemoryState
+from .health import HealthMachine, Transition
+from .types import (
+    ConversationTurn,
+    MemoryBudgetExceeded,
+    MemoryHealth,
+    MemoryKey,
+    ShortTermMemoryConfig,
+    TrajectoryDigest,
+)
+
+__all__ = ["DefaultShortTermMemory"]
+
+logger = logging.getLogger("reference_impl.memory")
+
+SummarizerFn = Callable[[Mapping[str, Any]], Awaitable[Mapping[str, Any]]]
+
+
+def _check_turn(turn: Any) -> None:
+    """Reject a malformed turn before anything changes (bad input leaves state untouched)."""
+    if not isinstance(turn, ConversationTurn):
+        raise TypeError(f"add_turn expects a ConversationTurn, got {type(turn).__name__}")
+    for name in ("user_message", "assistant_response"):
+        if not isinstance(getattr(turn, name), str):
+            raise TypeError(f"ConversationTurn.{name} must be a str")
+    digest = turn.trajectory_digest
+    if digest is not None:
+        if not isinstance(digest, TrajectoryDigest):
+            raise TypeError("ConversationTurn.trajectory_digest must be a TrajectoryDigest")
+        if not all(isinstance(t, str) for t in digest.tools_invoked) or not all(
+            isinstance(r, str) for r in digest.artifacts_refs
+        ):
+            raise TypeError("TrajectoryDigest lists must hold strings")
+        if not isinstance(digest.observations_summary, str) or not isinstance(
+            digest.reasoning_summary, str | None
+        ):
+            raise TypeError("TrajectoryDigest summaries must be strings")
+    if not isinstance(turn.ts, int | float) or not math.isfinite(turn.ts):
+        raise TypeError("ConversationTurn.ts must be a finite number")
+    try:
+        json.dumps([turn.artifacts_shown, turn.artifacts_hidden_refs], allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"turn artifacts must be JSON-serialisable: {exc}") from None
+
+
+class DefaultShortTermMemory:
+    """In-memory short-term memory with background rolling summarization."""
+
+    def __init__(
+        self,
+        *,
+        config: ShortTermMemoryConfig,
+        summarizer: SummarizerFn | None = None,
+        time_source: Callable[[], float] | None = None,
+        key: MemoryKey | None = None,
+    ) -> None:
+        """Create a memory.
+
+        Args:
+            config: strategy, budgets, retry settings and callbacks.
+            summarizer: ``async (payload) -> {"summary": str}``; required for
+                ``strategy="rolling_summary"``.
+            time_source: monotonic clock used for retry and recovery timing.
+            key: the key this memory belongs to; recorded in ``to_dict()`` and checked on
+                load (KEY-007).
+        """
+        if not isinstance(config, ShortTermMemoryConfig):
+            raise TypeError("config must be a ShortTermMemoryConfig")
+        if config.strategy == "rolling_summary" and summarizer is None:
+            raise ValueError("rolling_summary requires a summarizer callable")
+        if key is not None and not isinstance(key, MemoryKey):
+            raise TypeError("key must be a MemoryKey")
+        self._config = config
+        self._summarizer = summarizer
+        self._now = time_source or time.monotonic
+        self._budget = Budget.for_config(config)
+        self._state = MemoryState(
+            health=HealthMachine(
+                config.retry_attempts, config.retry_backoff_base_s, config.degraded_retry_interval_s
+            ),
+            key=key,
+        )
+        self._worker: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+        self._closed = False
+        self._on_turn = CallbackQueue("on_turn_added", config.on_turn_added)
+        self._on_summary = CallbackQueue("on_summary_updated", config.on_summary_updated)
+        self._on_health = CallbackQueue("on_health_changed", config.on_health_changed)
+
+    # -- protocol ------------------------------------------------------------------------
+
+    @property
+    def health(self) -> MemoryHealth:
+        """The summarizer's health (HLT-001)."""
+        return self._state.health.state
+
+    @property
+    def key(self) -> MemoryKey | None:
+        return self._state.key
+
+    @property
+    def config(self) -> ShortTermMemoryConfig:
+        return self._config
+
+    async def add_turn(self, turn: ConversationTurn) -> None:
+        """Record a finished turn. Never waits for the summarizer (WM-001).
+
+        Raises:
+            MemoryBudgetExceeded: ``overflow_policy="error"`` and the turn does not fit;
+                the memory is unchanged (BUD-006).
+            TypeError: ``turn`` is malformed; the memory is unchanged.
+            RuntimeError: the memory was closed.
+        """
+        if self._closed:
+            raise RuntimeError("add_turn on a closed memory")
+        _check_turn(turn)
+        if self._config.strategy == "none":
+            return
+        state = self._state
+        entry = Entry.make(
+            state.next_seq, turn, include_digest=self._config.include_trajectory_digest
+        )
+        if self._config.budget.overflow_policy == "error" and not self._budget.fits_after_add(
+            state, entry
+        ):
+            raise MemoryBudgetExceeded(
+                f"turn would take the memory over total_max_tokens="
+                f"{self._config.budget.total_max_tokens}"
+            )
+        watermark.admit(state, entry, self._config)
+        self._budget.enforce(state)
+        self._on_turn.emit(turn)
+        if self._config.strategy == "rolling_summary":
+            self._wake()
+
+    async def get_llm_context(self) -> Mapping[str, Any]:
+        """The patch to merge into ``llm_context``: ``{"conversation_memory": {...}}``."""
+        return self._view()
+
+    def estimate_tokens(self) -> int:
+        """``estimator(canonical_json(get_llm_context()))``, in O(1) for the default estimator."""
+        return self._budget.tokens(self._state)
+
+    async def flush(self) -> None:
+        """Wait until every turn pending now is summarized, or memory is degraded (WM-007)."""
+        if self._config.strategy != "rolling_summary" or self._closed:
+            return
+        state = self._state
+        if not state.pending:
+            return
+        target = state.pending[-1].seq
+        self._wake()
+        while (
+            not self._closed
+            and self._state.summarized_through < target
+            and not self._state.health.degraded
+        ):
+            await self._changed.wait()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Cancel background work (CON-003). Idempotent."""
+        self._closed = True
+        worker, self._worker = self._worker, None
+        if worker is not None and not worker.done():
+            worker.cancel()
+            await asyncio.gather(worker, return_exceptions=True)
+        for queue in (self._on_turn, self._on_summary, self._on_health):
+            await queue.aclose()
+        self._notify()
+
+    async def __aenter__(self) -> DefaultShortTermMemory:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -- serialization and persistence ----------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The state as JSON-ready data, schema ``MemoryStateV2`` (SER-001)."""
+        return schema.dump(self._state, self._config)
+
+    def from_dict(self, state: Mapping[str, Any]) -> None:
+        """Replace the state; ``ValueError`` on malformed input, leaving it untouched (SER-003).
+
+        Loads version 2 and PenguiFlow's version 1 (SER-004). Retry and recovery timers
+        restart from now: monotonic times do not cross processes.
+        """
+        try:
+            loaded = schema.load(state, self._config, self._budget, self._state.key)
+        except ValueError:
+            raise
+        except Exception as exc:  # anything else a hostile mapping can raise
+            raise ValueError(f"invalid memory state: {type(exc).__name__}: {exc}") from None
+        self._state = loaded
+        self._notify()
+        if self._config.strategy == "rolling_summary":
+            self._wake()
+
+    async def persist(self, store: Any, key: str) -> None:
+        """Save through ``store.save_memory_state`` (SER-005) with the next revision (SER-006).
+
+        A store with ``save_memory_state_if`` gets a conditional write expecting the
+        revision this memory last loaded or saved; a stale write raises the store's error
+        and leaves the revision unchanged.
+        """
+        if not hasattr(store, "save_memory_state"):
+            return
+        state = self.to_dict()
+        current = self._state.revision
+        state["revision"] = current + 1
+        state["storage_key"] = key
+        conditional = getattr(store, "save_memory_state_if", None)
+        if conditional is not None:
+            await conditional(key, state, expected_revision=current or None)
+        else:
+            await store.save_memory_state(key, state)
+        self._state.revision = current + 1
+
+    async def hydrate(self, store: Any, key: str) -> None:
+        """Load through ``store.load_memory_state``; refuse another key's state (KEY-007)."""
+        if not hasattr(store, "load_memory_state"):
+            return
+        data = await store.load_memory_state(key)
+        if data is None:
+            return
+        stored_key = data.get("storage_key") if isinstance(data, Mapping) else None
+        if stored_key is not None and stored_key != key:
+            logger.warning("refusing to hydrate %r with state saved for %r", key, stored_key)
+            return
+        try:
+            self.from_dict(data)
+        except schema.KeyMismatchError as exc:
+            logger.warning("refusing to hydrate %r: %s", key, exc)
+
+    def get_artifact(self, ref: str) -> Any | None:
+        """Hidden artifacts are not stored by this backend."""
+        del ref
+        return None
+
+    @property
+    def dropped_turns(self) -> int:
+        """Turns dropped from a full DEGRADED backlog (HLT-005)."""
+        return self._state.dropped_turns
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _view(self) -> dict[str, Any]:
+        if self._config.strategy == "none":
+            return {}
+        state = self._state
+        # Fresh objects from the cached fragments: callers may mutate what they get.
+        view: dict[str, Any] = {"recent_turns": [json.loads(e.fragment) for e in state.recent]}
+        if self._config.strategy == "rolling_summary" and not state.health.degraded:
+            visible = state.visible_pending
+            if visible:
+                view["pending_turns"] = [json.loads(e.fragment) for e in visible]
+            if state.summary:
+                view["summary"] = state.summary
+        return {"conversation_memory": view}
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _transition(self, change: Transition) -> None:
+        old, new = change
+        if old is not new:
+            logger.info("summarizer health %s -> %s", old.value, new.value)
+            self._on_health.emit(old, new)
+
+    def _wake(self) -> None:
+        if self._closed or (self._worker is not None and not self._worker.done()):
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (e.g. from_dict at import time): the next async call starts it
+        self._worker = loop.create_task(self._work(), name="stm-summarizer")
+        self._worker.add_done_callback(_log_crash)
+
+    async def _work(self) -> None:
+        """The only place the summarizer is called: one call at a time (WM-004)."""
+        while not self._closed:
+            state = self._state
+            batch = watermark.take_batch(state)
+            if batch is None:
+                return
+            delay = state.health.wait_s(self._now())
+            if delay > 0:
+                await asyncio.sleep(delay)
+                continue  # re-read: the state may have been replaced meanwhile
+            if state.health.state is MemoryHealth.DEGRADED:
+                self._transition(state.health.begin_recovery(self._now()))
+            summary, error = await self._call(batch)
+            if self._state is not state:
+                continue  # from_dict replaced the state during the call
+            if error is None:
+                assert summary is not None
+                error = self._reject_summary(state, batch, summary)
+            if error is None:
+                assert summary is not None
+                old = state.summary
+                watermark.install(state, batch, summary)
+                self._transition(state.health.on_success())
+                self._on_summary.emit(old, summary)
+            else:
+                logger.warning("summarizer call failed: %s", error)
+                change = state.health.on_failure(self._now())
+                if change[1] is MemoryHealth.DEGRADED and change[0] is not MemoryHealth.RECOVERING:
+                    watermark.degrade(state, self._config)
+                self._transition(change)
+            self._budget.settle(state)
+            self._notify()
+
+    async def _call(self, batch: watermark.Batch) -> tuple[str | None, str | None]:
+        """Run one summarizer call; returns ``(summary, None)`` or ``(None, reason)``."""
+        assert self._summarizer is not None
+        payload = {
+            "previous_summary": batch.previous_summary,
+            "turns": [json.loads(e.fragment) for e in batch.entries],
+        }
+        try:
+            async with asyncio.timeout(self._config.summarizer_timeout_s):
+                response = await self._summarizer(payload)
+            summary = response.get("summary") if isinstance(response, Mapping) else None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            return None, "summarizer raised CancelledError"
+        except TimeoutError:
+            return None, f"summarizer timed out after {self._config.summarizer_timeout_s}s"
+        except Exception as exc:
+            return None, f"summarizer raised {type(exc).__name__}: {exc}"
+        if not isinstance(response, Mapping):
+            return None, f"summarizer returned {type(response).__name__}, not a mapping"
+        if not isinstance(summary, str):
+            return None, "summarizer output has no string 'summary'"
+        return summary, None
+
+    def _reject_summary(
+        self, state: MemoryState, batch: watermark.Batch, summary: str
+    ) -> str | None:
+        """BUD-007: an oversize summary is a summarizer failure."""
+        if not self._budget.summary_fits(summary):
+            return (
+                f"summary of {self._budget.meter.text_size(summary)} tokens exceeds "
+                f"summary_max_tokens={self._config.budget.summary_max_tokens}"
+            )
+        if self._config.budget.overflow_policy == "error" and not self._budget.fits_after_install(
+            state, batch, summary
+        ):
+            return "summary would take the memory over total_max_tokens"
+        return None
+
+
+def _log_crash(task: asyncio.Task[None]) -> None:
+    # Retrieve the exception so it is logged once, never "never retrieved".
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        logger.error("summarizer worker crashed", exc_info=exc)

@@ -1,0 +1,319 @@
+"""The persisted form of a memory (spec group SER): pydantic schema, dump, load, upgrade.
+
+``load`` builds a complete new :class:`MemoryState` or raises ``ValueError``; the memory
+swaps it in only on success, so a malformed input never half-loads (SER-003).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+
+from . import watermark
+from .budget import Budget
+from .entries import Entry, MemoryState
+from .health import HealthMachine
+from .types import (
+    ConversationTurn,
+    MemoryHealth,
+    MemoryKey,
+    ShortTermMemoryConfig,
+    TrajectoryDigest,
+)
+
+__all__ = ["STATE_VERSION", "KeyMismatchError", "MemoryStateV2", "dump", "load"]
+
+STATE_VERSION = 2
+SPEC_VERSION = "1.0.0"
+
+HealthName = Literal["healthy", "retry", "degraded", "recovering"]
+StrategyName = Literal["truncation", "rolling_summary", "none"]
+
+
+class KeyMismatchError(ValueError):
+    """The state belongs to another :class:`MemoryKey` (KEY-007)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class DigestV2(_Strict):
+    tools_invoked: list[str]
+    observations_summary: str
+    reasoning_summary: str | None = None
+    artifacts_refs: list[str] = Field(default_factory=list)
+
+
+class TurnV2(_Strict):
+    seq: int = Field(ge=1)
+    user_message: str
+    assistant_response: str
+    trajectory_digest: DigestV2 | None = None
+    artifacts_shown: dict[str, JsonValue] = Field(default_factory=dict)
+    artifacts_hidden_refs: list[str] = Field(default_factory=list)
+    ts: float = Field(default=0.0, strict=False, allow_inf_nan=False)
+
+
+class KeyV2(_Strict):
+    tenant_id: str
+    user_id: str
+    session_id: str
+
+
+class MemoryStateV2(_Strict):
+    """Version 2 of the memory state; published as ``docs/memory-state.schema.json``."""
+
+    version: Literal[2]
+    spec_version: str
+    key: KeyV2 | None = None
+    storage_key: str | None = None
+    strategy: StrategyName
+    health: HealthName
+    failures: int = Field(ge=0)
+    summary: str
+    summarized_through: int = Field(ge=0)
+    next_seq: int = Field(ge=1)
+    turns: list[TurnV2]
+    pending: list[TurnV2]
+    backlog: list[TurnV2]
+    dropped_turns: int = Field(ge=0)
+    revision: int = Field(ge=0)
+    config_snapshot: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+# -- v1 (PenguiFlow) -----------------------------------------------------------------
+
+
+class _LaxTurnV1(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    user_message: str = ""
+    assistant_response: str = ""
+    trajectory_digest: DigestV2 | None = None
+    artifacts_shown: dict[str, JsonValue] = Field(default_factory=dict)
+    artifacts_hidden_refs: list[str] = Field(default_factory=list)
+    ts: float = Field(default=0.0, allow_inf_nan=False)
+
+
+class _StateV1(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    version: Literal[1]
+    health: HealthName
+    summary: str = ""
+    turns: list[_LaxTurnV1] = Field(default_factory=list)
+    pending: list[_LaxTurnV1] = Field(default_factory=list)
+    backlog: list[_LaxTurnV1] = Field(default_factory=list)
+    config_snapshot: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+def _upgrade_v1(data: Mapping[str, Any]) -> MemoryStateV2:
+    """PenguiFlow's v1 has no sequence numbers: number the turns oldest first."""
+    old = _StateV1.model_validate(dict(data))
+    seq = 0
+
+    def number(turns: list[_LaxTurnV1]) -> list[TurnV2]:
+        nonlocal seq
+        out = []
+        for t in turns:
+            seq += 1
+            out.append(TurnV2(seq=seq, **t.model_dump()))
+        return out
+
+    backlog, pending, turns = number(old.backlog), number(old.pending), number(old.turns)
+    strategy = old.config_snapshot.get("strategy")
+    return MemoryStateV2(
+        version=2,
+        spec_version=SPEC_VERSION,
+        strategy=strategy if isinstance(strategy, str) else "rolling_summary",  # type: ignore[arg-type]
+        health=old.health,
+        failures=1 if old.health == "retry" else 0,
+        summary=old.summary,
+        summarized_through=0,
+        next_seq=seq + 1,
+        turns=turns,
+        pending=pending,
+        backlog=backlog,
+        dropped_turns=0,
+        revision=0,
+        config_snapshot=old.config_snapshot,
+    )
+
+
+# -- dump ----------------------------------------------------------------------------
+
+
+def _dump_turn(entry: Entry) -> dict[str, Any]:
+    turn = entry.turn
+    digest = turn.trajectory_digest
+    return {
+        "seq": entry.seq,
+        "user_message": turn.user_message,
+        "assistant_response": turn.assistant_response,
+        "trajectory_digest": None
+        if digest is None
+        else {
+            "tools_invoked": list(digest.tools_invoked),
+            "observations_summary": digest.observations_summary,
+            "reasoning_summary": digest.reasoning_summary,
+            "artifacts_refs": list(digest.artifacts_refs),
+        },
+        "artifacts_shown": dict(turn.artifacts_shown),
+        "artifacts_hidden_refs": list(turn.artifacts_hidden_refs),
+        "ts": turn.ts,
+    }
+
+
+def config_snapshot(config: ShortTermMemoryConfig) -> dict[str, Any]:
+    budget, isolation = config.budget, config.isolation
+    return {
+        "strategy": config.strategy,
+        "budget": {
+            "full_zone_turns": budget.full_zone_turns,
+            "summary_max_tokens": budget.summary_max_tokens,
+            "total_max_tokens": budget.total_max_tokens,
+            "overflow_policy": budget.overflow_policy,
+        },
+        "isolation": {
+            "tenant_key": isolation.tenant_key,
+            "user_key": isolation.user_key,
+            "session_key": isolation.session_key,
+            "require_explicit_key": isolation.require_explicit_key,
+        },
+        "summarizer_model": config.summarizer_model,
+        "include_trajectory_digest": config.include_trajectory_digest,
+        "recovery_backlog_limit": config.recovery_backlog_limit,
+        "retry_attempts": config.retry_attempts,
+    }
+
+
+def dump(state: MemoryState, config: ShortTermMemoryConfig) -> dict[str, Any]:
+    return {
+        "version": STATE_VERSION,
+        "spec_version": SPEC_VERSION,
+        "key": None if state.key is None else state.key.as_dict(),
+        "storage_key": None,
+        "strategy": config.strategy,
+        "health": state.health.state.value,
+        "failures": state.health.failures,
+        "summary": state.summary,
+        "summarized_through": state.summarized_through,
+        "next_seq": state.next_seq,
+        "turns": [_dump_turn(e) for e in state.recent],
+        "pending": [_dump_turn(e) for e in state.pending],
+        "backlog": [_dump_turn(e) for e in state.backlog],
+        "dropped_turns": state.dropped_turns,
+        "revision": state.revision,
+        "config_snapshot": config_snapshot(config),
+    }
+
+
+# -- load ----------------------------------------------------------------------------
+
+
+def _entry(turn: TurnV2, include_digest: bool) -> Entry:
+    digest = turn.trajectory_digest
+    return Entry.make(
+        turn.seq,
+        ConversationTurn(
+            user_message=turn.user_message,
+            assistant_response=turn.assistant_response,
+            trajectory_digest=None
+            if digest is None
+            else TrajectoryDigest(
+                tools_invoked=list(digest.tools_invoked),
+                observations_summary=digest.observations_summary,
+                reasoning_summary=digest.reasoning_summary,
+                artifacts_refs=list(digest.artifacts_refs),
+            ),
+            artifacts_shown=dict(turn.artifacts_shown),
+            artifacts_hidden_refs=list(turn.artifacts_hidden_refs),
+            ts=turn.ts,
+        ),
+        include_digest=include_digest,
+    )
+
+
+def _parse(data: Any) -> MemoryStateV2:
+    if not isinstance(data, Mapping):
+        raise ValueError(f"memory state must be a mapping, got {type(data).__name__}")
+    version = data.get("version")
+    try:
+        if version == 1:
+            return _upgrade_v1(data)
+        if version == STATE_VERSION:
+            return MemoryStateV2.model_validate(dict(data))
+    except ValidationError as exc:
+        raise ValueError(f"invalid memory state (version {version}): {exc}") from None
+    raise ValueError(f"unsupported memory state version: {version!r}")
+
+
+def _check_order(model: MemoryStateV2) -> None:
+    seqs = [t.seq for t in (*model.backlog, *model.pending, *model.turns)]
+    if any(b <= a for a, b in itertools.pairwise(seqs)):
+        raise ValueError("turn sequence numbers must increase: backlog, pending, then turns")
+    if seqs and seqs[0] <= model.summarized_through:
+        raise ValueError("a retained turn is at or below the summarized_through watermark")
+    if seqs and model.next_seq <= seqs[-1]:
+        raise ValueError("next_seq must exceed every turn's sequence number")
+
+
+def load(
+    data: Any, config: ShortTermMemoryConfig, budget: Budget, key: MemoryKey | None
+) -> MemoryState:
+    """Build a fresh state from ``data`` for a memory of ``config`` or raise ``ValueError``."""
+    model = _parse(data)
+    if model.strategy != config.strategy:
+        raise ValueError(
+            f"state was written by a {model.strategy!r} memory; this one is {config.strategy!r}"
+        )
+    _check_order(model)
+    if model.key is not None:
+        stored = MemoryKey(**model.key.model_dump())
+        if key is not None and stored != key:
+            raise KeyMismatchError(
+                f"state belongs to key {stored.composite()!r}, not {key.composite()!r}"
+            )
+        key = stored
+
+    health = HealthMachine(
+        config.retry_attempts, config.retry_backoff_base_s, config.degraded_retry_interval_s
+    )
+    health.state = MemoryHealth(model.health)
+    health.failures = model.failures
+    state = MemoryState(
+        health=health,
+        key=key,
+        next_seq=model.next_seq,
+        summarized_through=model.summarized_through,
+        dropped_turns=model.dropped_turns,
+        revision=model.revision,
+    )
+    include = config.include_trajectory_digest
+    for t in model.turns:
+        state.push_recent(_entry(t, include))
+    state.pending = [_entry(t, include) for t in model.pending]
+    state.backlog.extend(_entry(t, include) for t in model.backlog)
+    # Normalise what an older writer or another configuration may have left.
+    if health.degraded:
+        watermark.degrade(state, config)
+    elif state.backlog:
+        state.pending = [*state.backlog, *state.pending]
+        state.backlog.clear()
+    while len(state.recent) > config.budget.full_zone_turns:
+        watermark.evict_oldest_recent(state, config)
+
+    summary = model.summary
+    if not budget.summary_fits(summary):
+        if config.budget.overflow_policy == "error":
+            raise ValueError("stored summary exceeds summary_max_tokens")
+        summary = budget.clip_summary(summary)
+    state.set_summary(summary)
+    budget.settle(state)
+    if config.budget.overflow_policy == "error" and not budget.fits(state):
+        raise ValueError("stored state exceeds total_max_tokens under overflow_policy='error'")
+    return state

@@ -1,0 +1,90 @@
+"""Where turns go: recent -> pending -> covered by a summary (spec group WM).
+
+Every turn gets a sequence number when it is added. Pending turns are ordered by it, a
+summarizer call is sent a prefix of them, and a successful call removes exactly the turns
+with ``seq <= through`` -- the turns it was sent -- so turns evicted while it ran stay
+pending (WM-003). ``summarized_through`` is the watermark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .entries import Entry, MemoryState
+from .types import ShortTermMemoryConfig
+
+__all__ = ["Batch", "admit", "degrade", "evict_oldest_recent", "install", "take_batch"]
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """The turns sent to one summarizer call."""
+
+    entries: tuple[Entry, ...]
+    previous_summary: str
+    recovering: bool
+
+    @property
+    def through(self) -> int:
+        return self.entries[-1].seq
+
+
+def _to_backlog(state: MemoryState, entry: Entry, limit: int) -> None:
+    state.backlog.append(entry)
+    while len(state.backlog) > limit:
+        # HLT-005: the one documented way a turn is lost without a summary; it is counted.
+        state.backlog.popleft()
+        state.dropped_turns += 1
+
+
+def evict_oldest_recent(state: MemoryState, config: ShortTermMemoryConfig) -> None:
+    """Move the oldest recent turn out of the window, to wherever the strategy keeps it."""
+    entry = state.pop_recent()
+    if config.strategy != "rolling_summary":
+        return  # truncation keeps no older turns by design (STR-002)
+    if state.health.degraded:
+        _to_backlog(state, entry, config.recovery_backlog_limit)
+    else:
+        state.push_pending(entry)
+
+
+def admit(state: MemoryState, entry: Entry, config: ShortTermMemoryConfig) -> None:
+    """Append a new turn to recent and evict beyond ``full_zone_turns`` (BUD-003, WM-002)."""
+    state.push_recent(entry)
+    state.next_seq = entry.seq + 1
+    while len(state.recent) > config.budget.full_zone_turns:
+        evict_oldest_recent(state, config)
+
+
+def degrade(state: MemoryState, config: ShortTermMemoryConfig) -> None:
+    """On entering DEGRADED, pending turns become backlog (HLT-004)."""
+    for entry in state.pending:
+        _to_backlog(state, entry, config.recovery_backlog_limit)
+    state.pending = []
+    state.visible_from = 0
+    state.visible_chars = 0
+
+
+def take_batch(state: MemoryState) -> Batch | None:
+    """The turns the next summarizer call covers: all pending, or the backlog when degraded."""
+    source = state.backlog if state.health.degraded else state.pending
+    if not source:
+        return None
+    return Batch(tuple(source), state.summary, recovering=state.health.degraded)
+
+
+def install(state: MemoryState, batch: Batch, summary: str) -> None:
+    """Install a summary covering exactly the batch's turns (WM-003, HLT-006)."""
+    through = batch.through
+    state.set_summary(summary)
+    state.summarized_through = through
+    if batch.recovering:
+        # Turns evicted while recovering are newer than the batch: they become pending.
+        remaining = [e for e in state.backlog if e.seq > through]
+        state.backlog.clear()
+        state.pending = remaining + state.pending
+    else:
+        cut = 0
+        while cut < len(state.pending) and state.pending[cut].seq <= through:
+            cut += 1
+        del state.pending[:cut]

@@ -1,0 +1,1 @@
+"""pytest plugin entry point; inert until --stm-backend is given."""
