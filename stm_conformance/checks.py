@@ -1,0 +1,122 @@
+"""Helpers shared by the conformance checks: turns, configs, views, waiting.
+
+Backend authors may reuse them in checks of their own. Everything here reads memories only
+through the protocol and JSON-level outputs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from reference_impl.tokens import canonical_json
+from reference_impl.types import (
+    ConversationTurn,
+    MemoryBudget,
+    OverflowPolicy,
+    ShortTermMemoryConfig,
+    TrajectoryDigest,
+    default_token_estimator,
+)
+
+__all__ = [
+    "canonical_json",
+    "config",
+    "eventually",
+    "memory_view",
+    "turn",
+    "turn_json",
+    "users",
+]
+
+
+def turn(i: int, *, pad: int = 0, digest: bool = False) -> ConversationTurn:
+    """Turn number ``i``: user text ``u<i>``, assistant ``a<i>``, ``pad`` extra characters."""
+    return ConversationTurn(
+        user_message=f"u{i}" + "x" * pad,
+        assistant_response=f"a{i}",
+        trajectory_digest=TrajectoryDigest(
+            tools_invoked=[f"tool{i}"], observations_summary=f"obs{i}", reasoning_summary=None
+        )
+        if digest
+        else None,
+    )
+
+
+def turn_json(t: ConversationTurn, *, include_digest: bool = True) -> dict[str, Any]:
+    """How the spec renders a turn (STR-004)."""
+    out: dict[str, Any] = {"user": t.user_message, "assistant": t.assistant_response}
+    d = t.trajectory_digest
+    if include_digest and d is not None:
+        out["trajectory_digest"] = {
+            "tools_invoked": list(d.tools_invoked),
+            "observations_summary": d.observations_summary,
+            "reasoning_summary": d.reasoning_summary,
+            "artifacts_refs": list(d.artifacts_refs),
+        }
+    return out
+
+
+def config(
+    strategy: str = "rolling_summary",
+    *,
+    full_zone_turns: int = 2,
+    summary_max_tokens: int = 1000,
+    total_max_tokens: int = 10000,
+    overflow_policy: OverflowPolicy = "truncate_oldest",
+    retry_attempts: int = 2,
+    retry_backoff_base_s: float = 0.001,
+    degraded_retry_interval_s: float = 60.0,
+    recovery_backlog_limit: int = 20,
+    summarizer_timeout_s: float | None = 2.0,
+    **extra: Any,
+) -> ShortTermMemoryConfig:
+    """A config with tiny timings, so checks never sleep for long."""
+    return ShortTermMemoryConfig(
+        strategy=strategy,  # type: ignore[arg-type]
+        budget=MemoryBudget(
+            full_zone_turns=full_zone_turns,
+            summary_max_tokens=summary_max_tokens,
+            total_max_tokens=total_max_tokens,
+            overflow_policy=overflow_policy,
+        ),
+        retry_attempts=retry_attempts,
+        retry_backoff_base_s=retry_backoff_base_s,
+        degraded_retry_interval_s=degraded_retry_interval_s,
+        recovery_backlog_limit=recovery_backlog_limit,
+        summarizer_timeout_s=summarizer_timeout_s,
+        **extra,
+    )
+
+
+async def memory_view(memory: Any) -> dict[str, Any]:
+    """The ``conversation_memory`` part of the view (``{}`` when absent)."""
+    ctx = await memory.get_llm_context()
+    inner = dict(ctx).get("conversation_memory", {})
+    return dict(inner)
+
+
+def users(turns: Any) -> list[str]:
+    """The ``user`` texts of rendered turns, for compact comparisons."""
+    return [t["user"] for t in turns or []]
+
+
+async def eventually(
+    predicate: Callable[[], Awaitable[bool] | bool],
+    *,
+    timeout: float = 5.0,  # noqa: ASYNC109 - a polling deadline with its own message
+    what: str,
+) -> None:
+    """Poll ``predicate`` until true; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if not isinstance(result, bool):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for: {what}")
+        await asyncio.sleep(0.002)

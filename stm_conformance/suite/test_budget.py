@@ -1,0 +1,219 @@
+"""BUD — token budgets and the three overflow policies."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from reference_impl.types import MemoryBudgetExceeded, default_token_estimator
+from stm_conformance import ScriptedSummarizer
+from stm_conformance.checks import (
+    canonical_json,
+    config,
+    eventually,
+    memory_view,
+    turn,
+    turn_json,
+    users,
+)
+
+req = pytest.mark.stm_requirement
+cap = pytest.mark.stm_capability
+
+TRUNCATE = ["truncate_oldest", "truncate_summary"]
+
+
+def _words(text: str) -> int:
+    # Not a function of length alone: backends cannot shortcut it.
+    return len(text.replace(",", " ").split()) + 1
+
+
+async def _check_invariants(memory: Any, cfg: Any, estimator: Any = None) -> dict[str, Any]:
+    ctx = dict(await memory.get_llm_context())
+    estimator = estimator or default_token_estimator
+    tokens = memory.estimate_tokens()
+    assert tokens == estimator(canonical_json(ctx)), (
+        f"BUD-008: estimate_tokens()={tokens}, estimator(view)={estimator(canonical_json(ctx))}"
+    )
+    total = cfg.budget.total_max_tokens
+    assert not total or tokens <= total, f"BUD-001: {tokens} tokens > total_max_tokens={total}"
+    view = ctx.get("conversation_memory", {})
+    assert len(view.get("recent_turns", [])) <= cfg.budget.full_zone_turns, "BUD-003"
+    summary = view.get("summary", "")
+    assert not summary or estimator(summary) <= cfg.budget.summary_max_tokens, "BUD-002"
+    return view
+
+
+@req("BUD-001", "BUD-003", "BUD-008")
+@cap("truncation")
+@pytest.mark.parametrize("policy", TRUNCATE)
+@pytest.mark.parametrize("total", [20, 45, 120])
+async def test_truncation_stays_within_budget(make_memory, policy, total):
+    cfg = config(
+        "truncation",
+        full_zone_turns=4,
+        total_max_tokens=total,
+        summary_max_tokens=10,
+        overflow_policy=policy,
+    )
+    memory = await make_memory(cfg)
+    for i in range(12):
+        await memory.add_turn(turn(i, pad=(i * 7) % 23))
+        await _check_invariants(memory, cfg)
+
+
+@req("BUD-001", "BUD-002", "BUD-003", "BUD-008")
+@cap("rolling_summary")
+@pytest.mark.parametrize("policy", TRUNCATE)
+@pytest.mark.parametrize("total", [40, 90, 300])
+async def test_rolling_summary_stays_within_budget(make_memory, scripted_summarizer, policy, total):
+    cfg = config(
+        full_zone_turns=2,
+        total_max_tokens=total,
+        summary_max_tokens=min(total, 30),
+        overflow_policy=policy,
+    )
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    for i in range(14):
+        if i == 5:
+            scripted_summarizer.hold()
+        if i == 10:
+            scripted_summarizer.release()
+        await memory.add_turn(turn(i, pad=(i * 5) % 17))
+        await _check_invariants(memory, cfg)
+    await memory.flush()
+    await _check_invariants(memory, cfg)
+
+
+@req("BUD-008")
+@cap("truncation")
+@pytest.mark.parametrize("estimator", [_words, lambda s: len(s) // 3 + 2], ids=["words", "len3"])
+async def test_estimate_uses_the_configured_estimator(make_memory, estimator):
+    cfg = config("truncation", full_zone_turns=3, total_max_tokens=0, token_estimator=estimator)
+    memory = await make_memory(cfg)
+    for i in range(5):
+        await memory.add_turn(turn(i, pad=i, digest=i % 2 == 0))
+        await _check_invariants(memory, cfg, estimator)
+
+
+@req("BUD-004", "BUD-010")
+@cap("rolling_summary")
+async def test_truncate_oldest_hides_the_oldest_pending(make_memory, scripted_summarizer):
+    cfg = config(full_zone_turns=2, total_max_tokens=70, summary_max_tokens=20)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.hold()
+    added = [turn(i, pad=6) for i in range(10)]
+    for t in added:
+        await memory.add_turn(t)
+    view = await _check_invariants(memory, cfg)
+    pending = view.get("pending_turns", [])
+    evicted = [turn_json(t) for t in added[: len(added) - len(view["recent_turns"])]]
+    assert pending == evicted[len(evicted) - len(pending) :], (
+        "visible pending must be the newest evicted turns"
+    )
+    # BUD-010: one more (older) pending turn would not have fitted.
+    if len(pending) < len(evicted):
+        bigger = dict(view, pending_turns=evicted[len(evicted) - len(pending) - 1 :])
+        tokens = default_token_estimator(canonical_json({"conversation_memory": bigger}))
+        assert tokens > cfg.budget.total_max_tokens, "a hidden pending turn would have fitted"
+    scripted_summarizer.release()
+
+
+@req("BUD-005")
+@cap("rolling_summary")
+async def test_truncate_summary_shortens_the_summary_first(make_memory):
+    cfg = config(
+        full_zone_turns=1,
+        total_max_tokens=120,
+        summary_max_tokens=60,
+        overflow_policy="truncate_summary",
+    )
+    scripted_summarizer = ScriptedSummarizer(max_chars=200)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    for i in range(6):
+        await memory.add_turn(turn(i, pad=60))
+    await memory.flush()
+    full_summary = (await memory_view(memory))["summary"]
+    scripted_summarizer.hold()
+    for i in range(6, 9):
+        await memory.add_turn(turn(i, pad=60))
+        view = await _check_invariants(memory, cfg)
+        summary = view.get("summary", "")
+        assert full_summary.endswith(summary), "the summary must keep its newest text"
+        if summary:
+            evicted = [f"u{j}" + "x" * 60 for j in range(5, i)]
+            assert users(view.get("pending_turns")) == evicted, (
+                "pending turns may be hidden only once the summary is gone"
+            )
+    scripted_summarizer.release()
+
+
+@req("BUD-006")
+@cap("truncation")
+@pytest.mark.parametrize("strategy", ["truncation", "rolling_summary"])
+async def test_error_policy_is_atomic(
+    make_memory, scripted_summarizer, recording_callbacks, stm_capabilities, strategy
+):
+    if strategy == "rolling_summary" and "rolling_summary" not in stm_capabilities:
+        pytest.skip("backend does not declare capability 'rolling_summary'")
+    cfg = config(
+        strategy,
+        full_zone_turns=2,
+        total_max_tokens=60,
+        summary_max_tokens=20,
+        overflow_policy="error",
+        **recording_callbacks.config_kwargs(),
+    )
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.hold()
+    raised = False
+    for i in range(30):
+        await recording_callbacks.wait_for("turns", i)  # earlier turns' callbacks delivered
+        before_view = await memory.get_llm_context()
+        before_tokens = memory.estimate_tokens()
+        before_state = memory.to_dict() if hasattr(memory, "to_dict") else None
+        before_turns = len(recording_callbacks.turns)
+        before_calls = len(scripted_summarizer.calls)
+        try:
+            await memory.add_turn(turn(i, pad=100))
+        except MemoryBudgetExceeded:
+            raised = True
+            await recording_callbacks.settle()
+            assert await memory.get_llm_context() == before_view, "view changed on error"
+            assert memory.estimate_tokens() == before_tokens, "tokens changed on error"
+            if before_state is not None:
+                assert json.dumps(memory.to_dict(), sort_keys=True) == json.dumps(
+                    before_state, sort_keys=True
+                ), "to_dict() changed on error"
+            assert len(recording_callbacks.turns) == before_turns, "on_turn_added ran on error"
+            assert len(scripted_summarizer.calls) == before_calls, "summarizer ran on error"
+            break
+        assert memory.estimate_tokens() <= cfg.budget.total_max_tokens
+    assert raised, "the error policy never raised although the budget was exceeded"
+    scripted_summarizer.release()
+
+
+@req("BUD-007", "HLT-007")
+@cap("rolling_summary")
+async def test_oversize_summary_is_a_failure(make_memory, scripted_summarizer):
+    cfg = config(
+        full_zone_turns=1, summary_max_tokens=30, total_max_tokens=500, retry_backoff_base_s=5.0
+    )
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_next(1, mode="oversize")
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await scripted_summarizer.wait_for_calls(1)
+    await eventually(lambda: memory.health.value == "retry", what="RETRY after oversize summary")
+    view = await memory_view(memory)
+    assert "summary" not in view, f"an oversize summary was installed: {view}"
+    assert users(view.get("pending_turns")) == ["u0"], view
+
+
+@req("BUD-009")
+@cap("truncation")
+async def test_unsatisfiable_budget_is_rejected(make_memory):
+    with pytest.raises(ValueError):
+        await make_memory(config("truncation", total_max_tokens=2, summary_max_tokens=1))

@@ -1,0 +1,78 @@
+"""CB — callbacks run once per event, in order, and can never harm the memory."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from stm_conformance import RecordingCallbacks
+from stm_conformance.checks import config, eventually, memory_view, turn
+
+pytestmark = [pytest.mark.stm_capability("callbacks")]
+req = pytest.mark.stm_requirement
+
+
+@req("CB-001")
+async def test_turn_added_once_per_turn_in_order(make_memory, recording_callbacks):
+    cfg = config("truncation", full_zone_turns=2, **recording_callbacks.config_kwargs())
+    memory = await make_memory(cfg)
+    for i in range(5):
+        await memory.add_turn(turn(i))
+    await recording_callbacks.wait_for("turns", 5)
+    await recording_callbacks.settle()
+    assert [t.user_message for t in recording_callbacks.turns] == [f"u{i}" for i in range(5)]
+
+
+@req("CB-002")
+@pytest.mark.stm_capability("rolling_summary")
+async def test_summary_updated_once_per_summary(
+    make_memory, scripted_summarizer, recording_callbacks
+):
+    cfg = config(full_zone_turns=1, **recording_callbacks.config_kwargs())
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    for i in range(4):
+        await memory.add_turn(turn(i))
+        await memory.flush()
+    await recording_callbacks.wait_for("summaries", scripted_summarizer.completed)
+    await recording_callbacks.settle()
+    assert len(recording_callbacks.summaries) == scripted_summarizer.completed
+    olds = [old for old, _ in recording_callbacks.summaries]
+    news = [new for _, new in recording_callbacks.summaries]
+    assert olds == ["", *news[:-1]], "old/new must chain"
+    assert news[-1] == (await memory_view(memory))["summary"]
+
+
+@req("CB-003")
+@pytest.mark.stm_capability("rolling_summary")
+async def test_health_changes_once_each_in_order(
+    make_memory, scripted_summarizer, recording_callbacks
+):
+    cfg = config(full_zone_turns=1, retry_attempts=2, **recording_callbacks.config_kwargs())
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_always("raise")
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await eventually(lambda: memory.health.value == "degraded", what="DEGRADED")
+    await recording_callbacks.wait_for("health", 2)
+    await recording_callbacks.settle()
+    assert recording_callbacks.health == [("healthy", "retry"), ("retry", "degraded")], (
+        "RETRY -> RETRY is not a transition; each transition is reported once, in order"
+    )
+
+
+@req("CB-004")
+async def test_slow_or_raising_callbacks_never_harm_memory(make_memory):
+    slow = RecordingCallbacks(delay_s=30.0)
+    cfg = config("truncation", full_zone_turns=2, **slow.config_kwargs())
+    memory = await make_memory(cfg)
+    with anyio.fail_after(2):
+        for i in range(3):
+            await memory.add_turn(turn(i))
+    raising = RecordingCallbacks(raise_errors=True)
+    cfg = config("truncation", full_zone_turns=2, **raising.config_kwargs())
+    memory = await make_memory(cfg)
+    for i in range(3):
+        await memory.add_turn(turn(i))
+    await raising.wait_for("turns", 3)
+    await raising.settle()
+    assert len((await memory_view(memory))["recent_turns"]) == 2

@@ -1,0 +1,88 @@
+"""CON — concurrent writers and background-work lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+import pytest
+
+from reference_impl.types import MemoryKey
+from stm_conformance.checks import config, memory_view, turn, users
+
+req = pytest.mark.stm_requirement
+
+
+def _ids(texts: list[str]) -> list[int]:
+    return [int(u[1:].rstrip("x")) for u in texts]
+
+
+@req("CON-001")
+@pytest.mark.stm_capability("rolling_summary")
+async def test_concurrent_add_turn_loses_nothing(make_memory, scripted_summarizer):
+    memory = await make_memory(config(full_zone_turns=3), summarizer=scripted_summarizer)
+    async with anyio.create_task_group() as tg:
+        for i in range(60):
+            tg.start_soon(memory.add_turn, turn(i))
+    await memory.flush()
+    sent = [u for call in scripted_summarizer.calls for u in users(call["turns"])]
+    recent = users((await memory_view(memory))["recent_turns"])
+    everything = _ids(sent + recent)
+    assert sorted(everything) == list(range(60)), (
+        f"lost or duplicated turns: {sorted(set(range(60)) - set(everything))} missing"
+    )
+
+
+@req("CON-001")
+async def test_concurrent_add_turn_truncation(make_memory):
+    memory = await make_memory(config("truncation", full_zone_turns=100, total_max_tokens=0))
+    async with anyio.create_task_group() as tg:
+        for i in range(50):
+            tg.start_soon(memory.add_turn, turn(i))
+    assert sorted(_ids(users((await memory_view(memory))["recent_turns"]))) == list(range(50))
+
+
+@req("CON-002")
+@pytest.mark.stm_capability("shared_state")
+async def test_two_instances_on_one_key_lose_nothing(make_memory, make_peer, scripted_summarizer):
+    key = MemoryKey("t", "u", "shared")
+    cfg = config(full_zone_turns=3)
+    a = await make_memory(cfg, key=key, summarizer=scripted_summarizer)
+    b = await make_peer(cfg, key=key, summarizer=scripted_summarizer)
+
+    async def write(memory, start):
+        for i in range(start, start + 20):
+            await memory.add_turn(turn(i))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(write, a, 0)
+        tg.start_soon(write, b, 100)
+    await a.flush()
+    await b.flush()
+    sent = [u for call in scripted_summarizer.calls for u in users(call["turns"])]
+    view = await memory_view(a)
+    seen = set(_ids(sent + users(view.get("pending_turns")) + users(view["recent_turns"])))
+    expected = set(range(20)) | set(range(100, 120))
+    assert expected <= seen, f"turns lost between instances: {sorted(expected - seen)}"
+
+
+@req("CON-003")
+@pytest.mark.stm_capability("rolling_summary")
+async def test_aclose_cancels_background_work(stm_provider, scripted_summarizer):
+    before = set(asyncio.all_tasks())
+    memory = await stm_provider.create(
+        config(full_zone_turns=1), MemoryKey("t", "u", "close"), scripted_summarizer
+    )
+    if not hasattr(memory, "aclose"):
+        pytest.skip("backend has no aclose()")
+    scripted_summarizer.hold()
+    for i in range(4):
+        await memory.add_turn(turn(i))
+    await scripted_summarizer.wait_for_calls(1)
+    with anyio.fail_after(2):
+        await memory.aclose()
+    await asyncio.sleep(0)
+    left = {t for t in asyncio.all_tasks() - before if not t.done()}
+    left.discard(asyncio.current_task())
+    assert not left, f"tasks still running after aclose(): {left}"
+    scripted_summarizer.release()

@@ -1,0 +1,160 @@
+"""HLT — the summarizer health state machine."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+
+from stm_conformance.checks import config, eventually, memory_view, turn, users
+
+pytestmark = [pytest.mark.stm_capability("rolling_summary")]
+req = pytest.mark.stm_requirement
+
+INVALID_MODES = ["raise", "not_mapping", "no_summary", "non_string", "oversize", "hang"]
+
+
+@req("HLT-001")
+async def test_new_memory_is_healthy(make_memory):
+    memory = await make_memory(config())
+    assert memory.health.value == "healthy"
+    assert isinstance(memory.health, str), "health must be a str enum"
+
+
+@req("HLT-002", "HLT-004")
+async def test_failure_retries_by_itself_then_recovers(make_memory, scripted_summarizer):
+    cfg = config(full_zone_turns=1, retry_attempts=3, retry_backoff_base_s=0.02)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_next(2, mode="raise")
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await eventually(lambda: memory.health.value == "retry", what="RETRY after a failure")
+    # No further add_turn: the memory must retry on its own.
+    await scripted_summarizer.wait_for_calls(3)
+    await eventually(lambda: memory.health.value == "healthy", what="HEALTHY after a success")
+    starts = scripted_summarizer.call_times
+    assert starts[1] - starts[0] >= 0.02 * 0.9, "retry 1 came before its backoff"
+    assert starts[2] - starts[1] >= 0.04 * 0.9, "retry 2 must wait base * 2**1"
+    assert (await memory_view(memory)).get("summary"), "the recovered summary is installed"
+
+
+@req("HLT-003")
+async def test_retry_keeps_summary_and_pending(make_memory, scripted_summarizer):
+    cfg = config(full_zone_turns=1, retry_backoff_base_s=30.0)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await memory.flush()
+    summary = (await memory_view(memory))["summary"]
+    scripted_summarizer.fail_next(1, mode="raise")
+    await memory.add_turn(turn(2))
+    await eventually(lambda: memory.health.value == "retry", what="RETRY")
+    await memory.add_turn(turn(3))
+    view = await memory_view(memory)
+    assert view.get("summary") == summary, "RETRY must keep the last good summary"
+    assert users(view.get("pending_turns")) == ["u1", "u2"], view
+
+
+@req("HLT-004")
+@pytest.mark.parametrize("attempts", [0, 2])
+async def test_degrades_after_retries_are_exhausted(make_memory, scripted_summarizer, attempts):
+    cfg = config(full_zone_turns=1, retry_attempts=attempts)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_always("raise")
+    for i in range(3):
+        await memory.add_turn(turn(i))
+    await eventually(lambda: memory.health.value == "degraded", what="DEGRADED")
+    assert len(scripted_summarizer.calls) == attempts + 1, (
+        f"expected the first attempt and {attempts} retries before DEGRADED, "
+        f"got {len(scripted_summarizer.calls)} calls"
+    )
+    view = await memory_view(memory)
+    assert set(view) == {"recent_turns"}, f"DEGRADED shows recent turns only: {view}"
+
+
+@req("HLT-005")
+async def test_degraded_backlog_is_bounded_and_counted(
+    make_memory, scripted_summarizer, stm_capabilities
+):
+    cfg = config(
+        full_zone_turns=1, retry_attempts=0, recovery_backlog_limit=3, degraded_retry_interval_s=0.2
+    )
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_next(1, mode="raise")
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await eventually(lambda: memory.health.value == "degraded", what="DEGRADED")
+    for i in range(2, 10):
+        await memory.add_turn(turn(i))
+    if "serialization" in stm_capabilities:
+        dropped = memory.to_dict().get("dropped_turns")
+        assert dropped == 6, f"9 evicted turns, backlog of 3: dropped_turns={dropped}, want 6"
+    await eventually(lambda: memory.health.value == "healthy", timeout=5, what="recovery")
+    recovery = scripted_summarizer.calls[-1]
+    assert users(recovery["turns"]) == ["u6", "u7", "u8"], (
+        f"the backlog keeps the newest {cfg.recovery_backlog_limit} turns: {recovery['turns']}"
+    )
+
+
+@req("HLT-006")
+async def test_recovery_is_rate_limited_and_returns_to_healthy(
+    make_memory, scripted_summarizer, recording_callbacks
+):
+    interval = 0.05
+    cfg = config(
+        full_zone_turns=1,
+        retry_attempts=0,
+        degraded_retry_interval_s=interval,
+        **recording_callbacks.config_kwargs(),
+    )
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_always("raise")
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await eventually(lambda: memory.health.value == "degraded", what="DEGRADED")
+    started = time.monotonic()
+    await anyio.sleep(interval * 6)
+    attempts = len(scripted_summarizer.calls) - 1
+    elapsed = time.monotonic() - started
+    assert 1 <= attempts <= elapsed / interval + 1, (
+        f"{attempts} recovery attempts in {elapsed:.2f}s with interval {interval}s"
+    )
+    scripted_summarizer.succeed()
+    await memory.add_turn(turn(2))
+    await eventually(lambda: memory.health.value == "healthy", what="HEALTHY after recovery")
+    await recording_callbacks.wait_for("health", 1)
+    seen = [new for _, new in recording_callbacks.health]
+    assert "recovering" in seen, f"no RECOVERING state observed: {recording_callbacks.health}"
+    assert (await memory_view(memory)).get("summary"), "recovery installs a summary"
+
+
+@req("HLT-007")
+@pytest.mark.parametrize("mode", INVALID_MODES)
+async def test_invalid_output_is_a_failure(make_memory, scripted_summarizer, mode):
+    cfg = config(
+        full_zone_turns=1,
+        summary_max_tokens=50,
+        retry_backoff_base_s=30.0,
+        summarizer_timeout_s=0.05,
+    )
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_next(1, mode=mode)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await eventually(lambda: memory.health.value == "retry", what=f"RETRY after {mode!r}")
+    assert "summary" not in await memory_view(memory)
+
+
+@req("HLT-008")
+async def test_failures_never_reach_callers(make_memory, scripted_summarizer):
+    memory = await make_memory(
+        config(full_zone_turns=1, retry_attempts=1), summarizer=scripted_summarizer
+    )
+    scripted_summarizer.fail_always("raise")
+    with anyio.fail_after(5):
+        for i in range(6):
+            await memory.add_turn(turn(i))
+            await memory.get_llm_context()
+            memory.estimate_tokens()
+        await memory.flush()

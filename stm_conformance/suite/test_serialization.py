@@ -1,0 +1,238 @@
+"""SER — serialization round trips, malformed input, PenguiFlow v1 states, persistence."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reference_impl.types import MemoryBudget, MemoryKey, ShortTermMemoryConfig
+from stm_conformance import ScriptedSummarizer
+from stm_conformance.checks import config, memory_view, turn
+
+req = pytest.mark.stm_requirement
+cap = pytest.mark.stm_capability
+pytestmark = [cap("serialization")]
+
+FIXTURE_SETTINGS = settings(
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    deadline=None,
+)
+
+OPS = st.lists(st.sampled_from(["add", "add_big", "flush", "fail", "hold", "release"]), max_size=14)
+
+
+async def _observe(memory: Any) -> tuple[str, str, int]:
+    view = json.dumps(dict(await memory.get_llm_context()), sort_keys=True)
+    return view, memory.health.value, memory.estimate_tokens()
+
+
+async def _drive(memory: Any, summarizer: ScriptedSummarizer, ops: list[str]) -> None:
+    for n, op in enumerate(ops):
+        if op == "add":
+            await memory.add_turn(turn(n))
+        elif op == "add_big":
+            await memory.add_turn(turn(n, pad=40, digest=True))
+        elif op == "flush":
+            summarizer.release()
+            await memory.flush()
+        elif op == "fail":
+            summarizer.fail_next(1, mode="raise")
+        elif op == "hold":
+            summarizer.hold()
+        else:
+            summarizer.release()
+
+
+@req("SER-001")
+async def test_to_dict_is_versioned_json(make_memory, scripted_summarizer):
+    memory = await make_memory(config(full_zone_turns=1), summarizer=scripted_summarizer)
+    await memory.add_turn(turn(1, digest=True))
+    await memory.add_turn(turn(2))
+    await memory.flush()
+    state = memory.to_dict()
+    text = json.dumps(state, allow_nan=False)
+    assert isinstance(json.loads(text).get("version"), int), "to_dict() needs an int version"
+
+
+@req("SER-002")
+@FIXTURE_SETTINGS
+@given(
+    ops=OPS,
+    strategy=st.sampled_from(["truncation", "rolling_summary"]),
+    total=st.sampled_from([0, 80, 400]),
+    window=st.integers(0, 3),
+)
+async def test_round_trip_is_observably_identical(
+    stm_provider, stm_capabilities, ops, strategy, total, window
+):
+    if strategy not in stm_capabilities:
+        return
+    cfg = config(
+        strategy,
+        full_zone_turns=window,
+        total_max_tokens=total,
+        summary_max_tokens=min(total, 60) if total else 60,
+        retry_backoff_base_s=0.001,
+    )
+    key = MemoryKey("t", "u", "round-trip")
+    source_summarizer, clone_summarizer = ScriptedSummarizer(max_chars=150), ScriptedSummarizer()
+    source = await stm_provider.create(cfg, key, source_summarizer)
+    clone = await stm_provider.create(cfg, key, clone_summarizer)
+    try:
+        await _drive(source, source_summarizer, ops)
+        source_summarizer.hold()
+        clone_summarizer.hold()
+        state = json.loads(json.dumps(source.to_dict()))
+        expected = await _observe(source)
+        clone.from_dict(state)
+        assert await _observe(clone) == expected, f"round trip differs after {ops}"
+    finally:
+        source_summarizer.release()
+        clone_summarizer.release()
+        for memory in (source, clone):
+            await stm_provider.dispose(memory)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def _mutations(valid: dict[str, Any]) -> st.SearchStrategy[Any]:
+    keys = sorted(valid)
+    drop = st.sampled_from(keys).map(lambda k: {x: v for x, v in valid.items() if x != k})
+    retype = st.tuples(st.sampled_from(keys), JSON).map(lambda kv: {**valid, kv[0]: kv[1]})
+    bad_turn = JSON.map(lambda junk: {**valid, "turns": [junk]})
+    return JSON | drop | retype | bad_turn
+
+
+@req("SER-003")
+async def test_malformed_input_raises_value_error_and_changes_nothing(
+    make_memory, scripted_summarizer
+):
+    memory = await make_memory(config(full_zone_turns=1), summarizer=scripted_summarizer)
+    for i in range(3):
+        await memory.add_turn(turn(i))
+    await memory.flush()
+    scripted_summarizer.hold()
+    valid = memory.to_dict()
+    before = await _observe(memory)
+    before_state = json.dumps(valid, sort_keys=True)
+    accepted: list[Any] = []
+
+    @FIXTURE_SETTINGS
+    @given(data=_mutations(valid))
+    def attempt(data: Any) -> None:
+        try:
+            memory.from_dict(data)
+        except ValueError:
+            return
+        except Exception as exc:  # the requirement: ValueError and nothing else
+            raise AssertionError(f"from_dict raised {type(exc).__name__}, not ValueError") from exc
+        accepted.append(data)
+        memory.from_dict(json.loads(before_state))  # a valid variant; restore for the next one
+
+    attempt()
+    assert await _observe(memory) == before, "a refused from_dict changed the memory"
+    for junk in ([], "state", None, {"version": 999}, {"version": True}):
+        with pytest.raises(ValueError):
+            memory.from_dict(junk)  # type: ignore[arg-type]
+    assert await _observe(memory) == before
+
+
+def _v1_fixtures() -> list[str]:
+    folder = resources.files("stm_conformance") / "data" / "penguiflow_v1"
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def _v1(name: str) -> dict[str, Any]:
+    folder = resources.files("stm_conformance") / "data" / "penguiflow_v1"
+    return json.loads((folder / name).read_text(encoding="utf-8"))
+
+
+def _v1_turn(t: dict[str, Any]) -> dict[str, Any]:
+    out = {"user": t["user_message"], "assistant": t["assistant_response"]}
+    if t.get("trajectory_digest") is not None:
+        out["trajectory_digest"] = t["trajectory_digest"]
+    return out
+
+
+@req("SER-004")
+@pytest.mark.parametrize("name", _v1_fixtures())
+async def test_penguiflow_v1_states_load(make_memory, stm_capabilities, name):
+    state = _v1(name)
+    snap = state["config_snapshot"]
+    strategy = snap["strategy"]
+    if strategy != "none" and strategy not in stm_capabilities:
+        pytest.skip(f"backend does not declare capability {strategy!r}")
+    cfg = ShortTermMemoryConfig(
+        strategy=strategy, budget=MemoryBudget(**snap["budget"]), retry_backoff_base_s=30.0
+    )
+    summarizer = ScriptedSummarizer()
+    summarizer.hold()
+    memory = await make_memory(cfg, summarizer=summarizer)
+    memory.from_dict(state)
+    view = await memory_view(memory)
+    assert memory.health.value == state["health"]
+    if strategy == "none":
+        assert view == {}
+        return
+    assert view["recent_turns"] == [_v1_turn(t) for t in state["turns"]], name
+    if strategy == "rolling_summary" and state["health"] in ("healthy", "retry"):
+        assert view.get("summary", "") == state["summary"]
+        assert view.get("pending_turns", []) == [_v1_turn(t) for t in state["pending"]]
+    summarizer.release()
+
+
+@req("SER-005", "SER-002")
+@cap("persistence")
+async def test_persist_then_hydrate_into_a_fresh_memory(
+    make_memory, scripted_summarizer, stm_store
+):
+    key = MemoryKey("t", "u", "persisted")
+    cfg = config(full_zone_turns=2)
+    memory = await make_memory(cfg, key=key, summarizer=scripted_summarizer)
+    for i in range(5):
+        await memory.add_turn(turn(i, digest=True))
+    await memory.flush()
+    await memory.persist(stm_store, key.composite())
+    fresh = await make_memory(cfg, key=key, summarizer=ScriptedSummarizer())
+    await fresh.hydrate(stm_store, key.composite())
+    assert await _observe(fresh) == await _observe(memory)
+
+
+@req("SER-005")
+@cap("persistence")
+async def test_hydrate_of_an_absent_key_changes_nothing(make_memory, stm_store):
+    memory = await make_memory(config("truncation", full_zone_turns=2))
+    await memory.add_turn(turn(1))
+    before = await _observe(memory)
+    await memory.hydrate(stm_store, "absent:key:here")
+    assert await _observe(memory) == before
+
+
+@req("SER-006")
+@cap("persistence")
+async def test_each_persist_carries_the_next_revision(make_memory, stm_store):
+    key = MemoryKey("t", "u", "revisions")
+    memory = await make_memory(config("truncation", full_zone_turns=2), key=key)
+    revisions = []
+    for i in range(3):
+        await memory.add_turn(turn(i))
+        await memory.persist(stm_store, key.composite())
+        revisions.append((await stm_store.load_memory_state(key.composite())).get("revision"))
+    assert revisions == [revisions[0], revisions[0] + 1, revisions[0] + 2], revisions
+    fresh = await make_memory(config("truncation", full_zone_turns=2), key=key)
+    await fresh.hydrate(stm_store, key.composite())
+    await fresh.persist(stm_store, key.composite())
+    stored = await stm_store.load_memory_state(key.composite())
+    assert stored["revision"] == revisions[-1] + 1, "hydrated revision + 1"

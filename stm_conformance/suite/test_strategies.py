@@ -1,0 +1,69 @@
+"""STR — the three strategies and the shape of the view."""
+
+from __future__ import annotations
+
+import pytest
+
+from reference_impl.types import default_token_estimator
+from stm_conformance.checks import canonical_json, config, memory_view, turn, turn_json, users
+
+req = pytest.mark.stm_requirement
+cap = pytest.mark.stm_capability
+
+
+@req("STR-001")
+async def test_none_strategy_is_a_no_op(make_memory):
+    memory = await make_memory(config("none"))
+    for i in range(3):
+        await memory.add_turn(turn(i))
+    assert dict(await memory.get_llm_context()) == {}
+    assert memory.estimate_tokens() == default_token_estimator("{}")
+
+
+@req("STR-002", "BUD-003")
+@cap("truncation")
+@pytest.mark.parametrize("window", [0, 1, 3])
+async def test_truncation_shows_exactly_the_last_window(make_memory, window):
+    memory = await make_memory(config("truncation", full_zone_turns=window))
+    for n in range(1, 7):
+        await memory.add_turn(turn(n))
+        ctx = dict(await memory.get_llm_context())
+        assert set(ctx) == {"conversation_memory"}, ctx
+        view = ctx["conversation_memory"]
+        assert set(view) == {"recent_turns"}, f"truncation view has extra keys: {view}"
+        expected = [f"u{i}" for i in range(max(1, n - window + 1), n + 1)] if window else []
+        assert users(view["recent_turns"]) == expected, f"after {n} turns"
+
+
+@req("STR-003")
+@cap("rolling_summary")
+async def test_rolling_summary_view_shape(make_memory, scripted_summarizer):
+    memory = await make_memory(config(full_zone_turns=1), summarizer=scripted_summarizer)
+    view = await memory_view(memory)
+    assert view == {"recent_turns": []}, f"empty rolling view: {view}"
+    scripted_summarizer.hold()
+    for i in range(3):
+        await memory.add_turn(turn(i))
+    view = await memory_view(memory)
+    assert set(view) == {"pending_turns", "recent_turns"}, view
+    scripted_summarizer.release()
+    await memory.flush()
+    view = await memory_view(memory)
+    assert set(view) == {"summary", "recent_turns"}, view
+    assert isinstance(view["summary"], str) and view["summary"]
+
+
+@req("STR-004")
+@cap("truncation")
+@pytest.mark.parametrize("include", [True, False])
+async def test_turn_rendering_and_digest(make_memory, include):
+    memory = await make_memory(
+        config("truncation", full_zone_turns=2, include_trajectory_digest=include)
+    )
+    turns = [turn(1, digest=True), turn(2)]
+    for t in turns:
+        await memory.add_turn(t)
+    view = await memory_view(memory)
+    expected = [turn_json(t, include_digest=include) for t in turns]
+    assert view["recent_turns"] == expected
+    assert canonical_json(view["recent_turns"]) == canonical_json(expected)

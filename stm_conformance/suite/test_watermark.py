@@ -1,0 +1,226 @@
+"""WM — the watermark: no turn is forgotten between eviction and summary."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anyio
+import pytest
+
+from stm_conformance.checks import config, eventually, memory_view, turn, users
+
+pytestmark = [pytest.mark.stm_capability("rolling_summary")]
+req = pytest.mark.stm_requirement
+
+
+class GatedSummarizer:
+    """Each call waits for its own gate; records exactly what it was sent."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.gates: list[asyncio.Event] = []
+        self.open_all = False
+
+    async def __call__(self, payload: Any) -> dict[str, str]:
+        self.calls.append(
+            {
+                "previous_summary": payload["previous_summary"],
+                "turns": [dict(t) for t in payload["turns"]],
+            }
+        )
+        gate = asyncio.Event()
+        self.gates.append(gate)
+        if not self.open_all:
+            await gate.wait()
+        line = ",".join(t["user"] for t in payload["turns"])
+        return {"summary": (payload["previous_summary"] + "|" + line).strip("|")}
+
+    def release(self, index: int) -> None:
+        self.gates[index].set()
+
+    def release_all(self) -> None:
+        self.open_all = True
+        for gate in self.gates:
+            gate.set()
+
+
+@req("WM-001")
+async def test_add_turn_does_not_wait_for_the_summarizer(make_memory, scripted_summarizer):
+    memory = await make_memory(config(full_zone_turns=1), summarizer=scripted_summarizer)
+    scripted_summarizer.hold()
+    with anyio.fail_after(2):
+        for i in range(6):
+            await memory.add_turn(turn(i))
+    await scripted_summarizer.wait_for_calls(1)
+    assert scripted_summarizer.completed == 0, "the held call completed"
+    scripted_summarizer.release()
+
+
+@req("WM-002", "WM-005")
+async def test_evicted_turns_are_pending_until_summarized(make_memory, scripted_summarizer):
+    memory = await make_memory(config(full_zone_turns=2), summarizer=scripted_summarizer)
+    scripted_summarizer.hold()
+    for i in range(5):
+        await memory.add_turn(turn(i))
+    view = await memory_view(memory)
+    assert users(view.get("pending_turns")) == ["u0", "u1", "u2"], view
+    assert users(view["recent_turns"]) == ["u3", "u4"], view
+    scripted_summarizer.release()
+
+
+@req("WM-003")
+async def test_turns_evicted_during_a_call_stay_pending(make_memory):
+    summarizer = GatedSummarizer()
+    memory = await make_memory(config(full_zone_turns=1), summarizer=summarizer)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))  # evicts u0: call 1 starts with [u0]
+    await eventually(lambda: len(summarizer.calls) == 1, what="first summarizer call")
+    await memory.add_turn(turn(2))  # evicts u1 while call 1 runs
+    await memory.add_turn(turn(3))  # evicts u2
+    summarizer.release(0)
+    await eventually(lambda: len(summarizer.calls) == 2, what="second summarizer call")
+    view = await memory_view(memory)
+    assert view.get("summary") == "u0", f"call 1 covered only u0: {view}"
+    assert users(view.get("pending_turns")) == ["u1", "u2"], (
+        f"turns evicted while call 1 ran must stay pending: {view}"
+    )
+    summarizer.release_all()
+    await memory.flush()
+
+
+@req("WM-004")
+async def test_each_turn_reaches_one_successful_call_in_order(make_memory, scripted_summarizer):
+    memory = await make_memory(config(full_zone_turns=2), summarizer=scripted_summarizer)
+    scripted_summarizer.fail_next(2, mode="raise")
+    for i in range(12):
+        await memory.add_turn(turn(i))
+        if i % 3 == 0:
+            await asyncio.sleep(0.005)
+    await memory.flush()
+    assert memory.health.value == "healthy"
+    calls = scripted_summarizer.calls
+    delivered: list[str] = []
+    previous = ""
+    for index, call in enumerate(calls):
+        failed = index < 2
+        sent = users(call["turns"])
+        assert call["previous_summary"] == previous, (
+            f"call {index} got previous_summary {call['previous_summary']!r}, "
+            f"installed was {previous!r}"
+        )
+        if failed:
+            continue
+        delivered += sent
+        previous = scripted_summarizer.outputs[index]
+    assert delivered == [f"u{i}" for i in range(10)], (
+        f"successful calls must cover u0..u9 once each, in order; got {delivered}"
+    )
+
+
+@req("WM-004")
+async def test_at_most_one_call_in_flight(make_memory):
+    active = 0
+    peak = 0
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.01)
+        active -= 1
+        return {"summary": "s"}
+
+    memory = await make_memory(config(full_zone_turns=1), summarizer=summarizer)
+    for i in range(10):
+        await memory.add_turn(turn(i))
+        await asyncio.sleep(0.002)
+    await memory.flush()
+    assert peak == 1, f"{peak} summarizer calls overlapped"
+
+
+@req("WM-005")
+async def test_view_orders_pending_before_recent(make_memory, scripted_summarizer):
+    memory = await make_memory(config(full_zone_turns=3), summarizer=scripted_summarizer)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await memory.add_turn(turn(2))
+    await memory.add_turn(turn(3))
+    await memory.flush()
+    scripted_summarizer.hold()
+    for i in range(4, 8):
+        await memory.add_turn(turn(i))
+    view = await memory_view(memory)
+    order = [int(u[1:]) for u in users(view.get("pending_turns")) + users(view["recent_turns"])]
+    assert order == sorted(order) and len(set(order)) == len(order), view
+    assert view.get("summary"), "an installed summary must stay in the view"
+    scripted_summarizer.release()
+
+
+@req("WM-006")
+@pytest.mark.parametrize("policy", ["truncate_oldest", "truncate_summary"])
+async def test_budget_trimming_never_deletes_pending(make_memory, scripted_summarizer, policy):
+    cfg = config(
+        full_zone_turns=2, total_max_tokens=60, summary_max_tokens=40, overflow_policy=policy
+    )
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.hold()
+    for i in range(15):
+        await memory.add_turn(turn(i, pad=8))
+    scripted_summarizer.release()
+    await memory.flush()
+    sent = [u for call in scripted_summarizer.calls for u in users(call["turns"])]
+    recent = users((await memory_view(memory))["recent_turns"])
+    kept = sorted({int(u[1:].rstrip("x")) for u in sent + recent})
+    assert kept == list(range(15)), f"turns lost under {policy}: only {kept} survived"
+
+
+@req("WM-007")
+async def test_flush_waits_for_everything_pending_at_call_time(make_memory, scripted_summarizer):
+    memory = await make_memory(config(full_zone_turns=1), summarizer=scripted_summarizer)
+    scripted_summarizer.hold()
+    for i in range(5):
+        await memory.add_turn(turn(i))
+    flushing = asyncio.ensure_future(memory.flush())
+    await asyncio.sleep(0.02)
+    assert not flushing.done(), "flush returned while its turns were still pending"
+    scripted_summarizer.release()
+    with anyio.fail_after(5):
+        await flushing
+    view = await memory_view(memory)
+    assert "pending_turns" not in view, f"pending after flush: {view}"
+    assert all(f"u{i}" in view["summary"] for i in range(4)), view
+
+
+@req("WM-007")
+async def test_flush_returns_when_degraded(make_memory, scripted_summarizer):
+    memory = await make_memory(
+        config(full_zone_turns=1, retry_attempts=1), summarizer=scripted_summarizer
+    )
+    scripted_summarizer.fail_always("raise")
+    for i in range(3):
+        await memory.add_turn(turn(i))
+    with anyio.fail_after(5):
+        await memory.flush()
+    assert memory.health.value == "degraded"
+
+
+@req("WM-007")
+@pytest.mark.stm_capability("truncation")
+async def test_flush_returns_at_once_for_other_strategies(make_memory):
+    memory = await make_memory(config("truncation", full_zone_turns=1))
+    await memory.add_turn(turn(1))
+    with anyio.fail_after(1):
+        await memory.flush()
+
+
+@req("WM-008", "HLT-007")
+async def test_flush_does_not_hang_on_a_hung_summarizer(make_memory, scripted_summarizer):
+    cfg = config(full_zone_turns=1, retry_attempts=1, summarizer_timeout_s=0.05)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_always("hang")
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    with anyio.fail_after(5):
+        await memory.flush()
+    assert memory.health.value == "degraded", "a hung call must count as a failure"
