@@ -24,7 +24,9 @@ def conformance(session: nox.Session) -> None:
     session.install(".")
     tmp = session.create_tmp()
     session.chdir(tmp)
-    session.run("pytest", "--stm-backend=reference", "--stm-report=stm-report.json", *session.posargs)
+    session.run(
+        "pytest", "--stm-backend=reference", "--stm-report=stm-report.json", *session.posargs
+    )
 
 
 @nox.session(python=PYTHON)

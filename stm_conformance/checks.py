@@ -18,7 +18,6 @@ from reference_impl.types import (
     OverflowPolicy,
     ShortTermMemoryConfig,
     TrajectoryDigest,
-    default_token_estimator,
 )
 
 __all__ = [

@@ -1,0 +1,361 @@
+"""The session plugin: what runs once a backend is selected.
+
+:mod:`stm_conformance.plugin` registers it through :func:`activate`; it loads the provider,
+marks and filters checks (capabilities, expected failures), runs them on asyncio with a
+deadline, prefixes failures with their requirement, and reports per group and per level.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import inspect
+import json
+import warnings
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import __version__
+from ._determinism import apply_profile, choose_profile, choose_seed, seed_check
+from .capabilities import CAPABILITIES, skip_reason, undeclared
+from .plugin import SUITE_DIR
+from .provider import Provider, ProviderError, load_provider
+from .report import Results, RunInfo, prefix_failure, properties_for
+from .requirements import Spec, load_spec
+from .xfail import XfailEntry, XfailFileError, load_xfail_file, matching_entries
+
+__all__ = [
+    "PLUGIN_NAME",
+    "ActiveBackend",
+    "StmConformanceWarning",
+    "active_backend",
+    "activate",
+    "ensure_active",
+]
+
+PLUGIN_NAME = "stm_conformance.session"
+MARKERS = (
+    "stm_requirement(*ids): spec requirement IDs a conformance check verifies",
+    "stm_capability(*names): capabilities a conformance check needs (skipped if undeclared)",
+    "stm_probe(name): the check verifies that a declared capability works",
+)
+
+
+class StmConformanceWarning(pytest.PytestWarning):
+    """A problem with the conformance run's configuration (e.g. an unused xfail entry)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveBackend:
+    """The backend under test and how it was selected."""
+
+    setting: str
+    source: str
+    provider: Provider
+    target: str
+
+
+_BACKEND = pytest.StashKey[ActiveBackend]()
+_PROBLEM = pytest.StashKey[str]()
+_HEADLINES = pytest.StashKey[list[str]]()
+
+
+def active_backend(config: pytest.Config) -> ActiveBackend:
+    """The selected backend; fails when the kit is not active."""
+    try:
+        return config.stash[_BACKEND]
+    except KeyError:
+        raise RuntimeError("no conformance backend is active (use --stm-backend)") from None
+
+
+def activate(config: pytest.Config, setting: str, source: str) -> None:
+    """Load the provider and register the session plugin and the public fixtures."""
+    if config.pluginmanager.has_plugin(PLUGIN_NAME):
+        return
+    try:
+        provider, target = load_provider(setting)
+    except ProviderError as exc:
+        raise pytest.UsageError(f"stm_conformance: {exc}") from None
+    config.stash[_BACKEND] = ActiveBackend(setting, source, provider, target)
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+    from . import fixtures
+
+    config.pluginmanager.register(SessionPlugin(config), PLUGIN_NAME)
+    config.pluginmanager.register(fixtures, "stm_conformance.fixtures")
+
+
+def ensure_active(config: pytest.Config) -> None:
+    """Activate with the configured backend, or ``reference`` (for ``--pyargs`` runs)."""
+    if config.pluginmanager.has_plugin(PLUGIN_NAME):
+        return
+    from .plugin import backend_setting
+
+    activate(config, *(backend_setting(config) or ("reference", "default")))
+
+
+class SessionPlugin:
+    """Hooks of an active conformance run."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.backend = active_backend(config)
+        self.spec: Spec = load_spec()
+        self.xfails: tuple[XfailEntry, ...] = ()
+        xfail_path = config.getoption("stm_xfail", None)
+        if xfail_path:
+            try:
+                self.xfails = load_xfail_file(xfail_path)
+            except XfailFileError as exc:
+                raise pytest.UsageError(str(exc)) from None
+        workerinput: dict[str, Any] = getattr(config, "workerinput", {})
+        self.is_worker = bool(workerinput)
+        # Collection-time warnings are issued once: by the only process, or by worker gw0.
+        self.warns = workerinput.get("workerid", "gw0") == "gw0"
+        profile = choose_profile(config.getoption("stm_hypothesis_profile", None))
+        self.seed = choose_seed(
+            config.getoption("stm_seed", None), profile, workerinput.get("stm_seed")
+        )
+        apply_profile(profile, self.seed)
+        self.timeout: float = config.getoption("stm_timeout", None) or 0.0
+        self.results = Results(self.spec)
+        self.run = RunInfo(
+            kit_version=__version__,
+            spec_version=self.spec.version,
+            backend_setting=self.backend.setting,
+            backend_name=self.backend.provider.name,
+            backend_target=self.backend.target,
+            backend_source=self.backend.source,
+            declared=self.backend.provider.capabilities,
+            hypothesis_profile=profile,
+            seed=self.seed,
+        )
+        self.complete = True
+
+    # -- header -----------------------------------------------------------------------
+
+    def pytest_report_header(self) -> list[str]:
+        run = self.run
+        declared = ", ".join(sorted(run.declared)) or "none"
+        seed = "derandomized" if run.seed is None else f"{run.seed} (--stm-seed={run.seed})"
+        return [
+            f"stm_conformance {run.kit_version}, spec {run.spec_version}",
+            f"stm backend: {run.backend_name} = {run.backend_target} "
+            f"(from {run.backend_source}: {run.backend_setting})",
+            f"stm capabilities declared: {declared}",
+            f"stm hypothesis profile: {run.hypothesis_profile}, seed: {seed}",
+        ]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """pytest-xdist: every worker uses the controller's seed."""
+        node.workerinput["stm_seed"] = self.seed
+
+    # -- collection -------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pycollect_makeitem(
+        self, collector: pytest.Module | pytest.Class, name: str, obj: object
+    ) -> None:
+        """Run ``async def`` checks on anyio's asyncio runner."""
+        if not (_is_suite_path(collector.path) and collector.istestfunction(obj, name)):
+            return
+        hypothesis = getattr(obj, "hypothesis", None)
+        inner = getattr(hypothesis, "inner_test", obj)
+        if not inspect.iscoroutinefunction(inner):
+            return
+        marks = {m.name for m in getattr(obj, "pytestmark", [])}
+        if "anyio" not in marks:
+            pytest.mark.anyio(obj)
+        pytest.mark.usefixtures("anyio_backend")(obj)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Skip checks of undeclared capabilities, apply expected failures, tag for JUnit."""
+        declared = self.backend.provider.capabilities
+        used: set[XfailEntry] = set()
+        for item in items:
+            if not _is_check(item):
+                continue
+            requirements = _marker_args(item, "stm_requirement")
+            probe = next(iter(_marker_args(item, "stm_probe")), None)
+            capabilities = _marker_args(item, "stm_capability")
+            if probe is not None and probe not in capabilities:
+                capabilities += (probe,)
+            problem = self._problem(requirements, capabilities)
+            if problem is not None:
+                item.stash[_PROBLEM] = problem
+            item.stash[_HEADLINES] = [self.spec.headline(rid) for rid in requirements]
+            missing = undeclared(capabilities, declared)
+            if missing:
+                item.add_marker(pytest.mark.skip(reason=skip_reason(missing[0])))
+            entries = matching_entries(self.xfails, item.nodeid, item.name, requirements)
+            used.update(entries)
+            if entries:
+                item.add_marker(pytest.mark.xfail(strict=True, reason=entries[0].marker_reason()))
+            item.user_properties.extend(
+                properties_for(
+                    requirements,
+                    capabilities,
+                    probe,
+                    entries[0].category if entries else None,
+                    problem,
+                )
+            )
+        if self.warns:
+            for entry in self.xfails:
+                if entry not in used:
+                    warnings.warn(
+                        StmConformanceWarning(
+                            f"--stm-xfail entry [{entry.selector!r}] matches no collected check"
+                        ),
+                        stacklevel=1,
+                    )
+
+    def _problem(self, requirements: tuple[str, ...], capabilities: tuple[str, ...]) -> str | None:
+        if not requirements:
+            return "conformance check has no @pytest.mark.stm_requirement('GROUP-NNN') marker"
+        unknown_ids = [rid for rid in requirements if rid not in self.spec]
+        if unknown_ids:
+            return f"conformance check names requirement IDs not in the spec: {unknown_ids}"
+        unknown_caps = sorted(set(capabilities) - CAPABILITIES)
+        if unknown_caps:
+            return f"conformance check names unknown capabilities: {unknown_caps}"
+        return None
+
+    # -- running ----------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        problem = item.stash.get(_PROBLEM, None)
+        if problem is not None:
+            pytest.fail(problem, pytrace=False)
+        if _is_check(item):
+            seed_check(self.seed, item.nodeid)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
+        """Fail an ``async def`` check that runs longer than ``--stm-timeout`` seconds."""
+        original = pyfuncitem.obj
+        wrap = (
+            self.timeout > 0
+            and _is_check(pyfuncitem)
+            and inspect.iscoroutinefunction(original)
+            and not hasattr(original, "hypothesis")
+        )
+        if wrap:
+            pyfuncitem.obj = _with_deadline(original, self.timeout)
+        try:
+            return (yield)
+        finally:
+            if wrap:
+                pyfuncitem.obj = original
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        """Start each failure of a check with its requirement IDs and their text."""
+        report = yield
+        headlines = item.stash.get(_HEADLINES, None)
+        if report.failed and headlines:
+            prefix_failure(report, headlines)
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not self.is_worker:
+            self.results.add(report)
+
+    # -- reporting --------------------------------------------------------------------
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_worker:
+            return
+        self.complete = _is_complete(session, exitstatus)
+        path = self.config.getoption("stm_report", None)
+        if path:
+            document = self.results.as_json(
+                self.run,
+                complete=self.complete,
+                exit_status=int(exitstatus),
+                finished=dt.datetime.now(dt.UTC),
+            )
+            Path(path).write_text(
+                json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+            )
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.is_worker or not self.results.checks:
+            return
+        terminalreporter.section("stm conformance")
+        for line in self.results.terminal_lines(self.run, complete=self.complete):
+            terminalreporter.write_line(line)
+        path = self.config.getoption("stm_report", None)
+        if path:
+            terminalreporter.write_line(f"report written to {path}")
+
+
+def _with_deadline(test: Callable[..., Any], seconds: float) -> Callable[..., Any]:
+    import anyio
+
+    @functools.wraps(test)
+    async def run(**kwargs: Any) -> None:
+        with anyio.move_on_after(seconds) as scope:
+            await test(**kwargs)
+        if scope.cancelled_caught:
+            pytest.fail(f"check did not finish within {seconds:g}s (--stm-timeout)", pytrace=False)
+
+    return run
+
+
+def _is_suite_path(path: Path) -> bool:
+    return path == SUITE_DIR or SUITE_DIR in path.parents
+
+
+def _is_check(item: pytest.Item) -> bool:
+    if not isinstance(item, pytest.Function):
+        return False
+    if _is_suite_path(item.path):
+        return True
+    return any(
+        item.get_closest_marker(name) is not None
+        for name in ("stm_requirement", "stm_capability", "stm_probe")
+    )
+
+
+def _marker_args(item: pytest.Item, name: str) -> tuple[str, ...]:
+    values: list[str] = []
+    for marker in reversed(list(item.iter_markers(name))):
+        values += [str(arg) for arg in marker.args]
+    return tuple(dict.fromkeys(values))
+
+
+def _is_complete(session: pytest.Session, exitstatus: int) -> bool:
+    """Whether the whole suite was selected and ran to the end."""
+    option = session.config.option
+    selecting = ("keyword", "markexpr", "lf", "deselect", "ignore", "ignore_glob")
+    if any(getattr(option, name, None) for name in selecting):
+        return False
+    if session.shouldstop or session.shouldfail or exitstatus == pytest.ExitCode.INTERRUPTED:
+        return False
+    return _covers_suite(session.config.args, bool(getattr(option, "pyargs", False)))
+
+
+def _covers_suite(args: Iterable[str], pyargs: bool) -> bool:
+    args = list(args)
+    if not args:
+        return False
+    for arg in args:
+        if "::" in arg:
+            return False
+        if pyargs and arg in ("stm_conformance", "stm_conformance.suite"):
+            continue
+        path = Path(arg).resolve()
+        if path != SUITE_DIR and path not in SUITE_DIR.parents:
+            return False
+    return True

@@ -1,0 +1,167 @@
+"""How a backend plugs into the kit: a :class:`Provider`, found by :func:`load_provider`.
+
+A provider is registered under a short name in the entry-point group
+``stm_conformance.backends`` or named directly as ``package.module:attribute``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any
+
+from reference_impl.types import MemoryIsolation, MemoryKey, ShortTermMemoryConfig, Summarizer
+
+from .capabilities import CAPABILITIES
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "MemoryFactory",
+    "Provider",
+    "ProviderError",
+    "KeyResolver",
+    "load_provider",
+    "registered_backends",
+]
+
+#: Entry-point group where backends register their provider under a short name.
+ENTRY_POINT_GROUP = "stm_conformance.backends"
+
+#: ``await create(config, key, summarizer)`` -> a fresh memory.
+MemoryFactory = Callable[[ShortTermMemoryConfig, MemoryKey, Summarizer], Awaitable[Any]]
+#: ``resolve_key(isolation, explicit_key, tool_context)`` -> the key for one call, or ``None``.
+KeyResolver = Callable[[MemoryIsolation, MemoryKey | None, Any], MemoryKey | None]
+
+
+class ProviderError(LookupError):
+    """A backend name does not resolve to a valid :class:`Provider`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    """Everything the kit needs to know about one backend.
+
+    The kit passes its own types (:class:`~reference_impl.types.ShortTermMemoryConfig`,
+    :class:`~reference_impl.types.MemoryKey`, a summarizer callable); converting them to
+    the backend's types is the provider's job. Checks read memories only through the
+    protocol methods and JSON-level outputs (``get_llm_context()``, ``to_dict()``,
+    ``health.value``).
+    """
+
+    #: Human-readable backend name, shown in the header and the report.
+    name: str
+    #: ``await create(config, key, summarizer)``: a fresh memory for one check.
+    create: MemoryFactory
+    #: Declared capabilities (names from :data:`~stm_conformance.capabilities.CAPABILITIES`).
+    capabilities: frozenset[str] = frozenset()
+    #: A second instance on the same key, for ``shared_state`` backends.
+    create_peer: MemoryFactory | None = None
+    #: ``await make_store()``: a fresh store for persistence checks; default: the kit's
+    #: ``stm_stores.InMemoryStateStore``.
+    make_store: Callable[[], Awaitable[Any]] | None = None
+    #: Session-wide setup and teardown (start a server, create a schema, ...).
+    lifespan: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None = None
+    #: How to dispose of a memory; default: ``await memory.aclose()`` when it has one.
+    close: Callable[[Any], Awaitable[None]] | None = None
+    #: Key resolution for ``key_resolution`` checks (KEY-003..006).
+    resolve_key: KeyResolver | None = None
+
+    async def dispose(self, memory: Any) -> None:
+        """Close a memory: ``close(memory)`` if given, else ``await memory.aclose()`` if any."""
+        if self.close is not None:
+            await self.close(memory)
+            return
+        aclose = getattr(memory, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ProviderError("Provider.name must be a non-empty string")
+        if not callable(self.create):
+            raise ProviderError(f"Provider {self.name!r}: create must be an async callable")
+        if not isinstance(self.capabilities, frozenset):
+            raise ProviderError(f"Provider {self.name!r}: capabilities must be a frozenset")
+        unknown = sorted(self.capabilities - CAPABILITIES)
+        if unknown:
+            raise ProviderError(
+                f"Provider {self.name!r} declares unknown capabilities {unknown}; "
+                f"known: {', '.join(sorted(CAPABILITIES))}"
+            )
+
+
+def registered_backends() -> dict[str, str]:
+    """Short name -> ``module:attribute`` of every backend registered by an installed package."""
+    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def load_provider(name: str) -> tuple[Provider, str]:
+    """Resolve a backend name to its provider.
+
+    Args:
+        name: a short name registered in the ``stm_conformance.backends`` entry-point group,
+            or ``package.module:attribute`` where the attribute is a :class:`Provider` or a
+            zero-argument callable returning one.
+
+    Returns:
+        The provider and the ``module:attribute`` it was loaded from.
+
+    Raises:
+        ProviderError: the name does not resolve, the import fails, or the object is not a
+            provider. The message lists the registered names.
+    """
+    name = name.strip()
+    if not name:
+        raise ProviderError(_with_known("empty backend name"))
+    if ":" in name:
+        target = name
+    else:
+        registered = registered_backends()
+        if name not in registered:
+            raise ProviderError(_with_known(f"unknown backend {name!r}"))
+        target = registered[name]
+    return _load_target(target), target
+
+
+def _load_target(target: str) -> Provider:
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise ProviderError(_with_known(f"{target!r} is not of the form 'package.module:attr'"))
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ProviderError(
+            f"cannot import backend module {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    obj: Any = module
+    for part in attribute.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ProviderError(f"module {module_name!r} has no attribute {attribute!r}") from None
+    if not isinstance(obj, Provider) and callable(obj):
+        try:
+            obj = obj()
+        except ProviderError:
+            raise
+        except Exception as exc:
+            raise ProviderError(
+                f"{target} raised {type(exc).__name__} while building the provider: {exc}"
+            ) from exc
+    if not isinstance(obj, Provider):
+        raise ProviderError(
+            f"{target} is {type(obj).__name__}, not a stm_conformance.Provider "
+            "(or a zero-argument callable returning one)"
+        )
+    return obj
+
+
+def _with_known(problem: str) -> str:
+    known = ", ".join(sorted(registered_backends())) or "none"
+    return (
+        f"{problem}; registered backends: {known}. "
+        "Name a registered backend or give 'package.module:provider'."
+    )

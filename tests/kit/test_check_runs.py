@@ -1,0 +1,134 @@
+"""How checks run: capability skips, fixtures, deadlines, failure messages, JUnit."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from kit_support import RunPytest
+
+FakeSuite = Callable[[str], Path]
+BACKEND = "--stm-backend=fakeprov:provider"
+
+
+def test_capability_skips_and_fixture_lifecycle(
+    fake_suite: FakeSuite, run_pytest: RunPytest
+) -> None:
+    fake_suite(
+        """
+        import fakeprov
+        from reference_impl import MemoryKey
+        from stm_conformance.checks import config, turn
+
+
+        @req("CON-002")
+        @cap("shared_state")
+        def test_needs_shared_state():
+            raise AssertionError("must not run")
+
+
+        @req("STR-002")
+        @cap("truncation")
+        async def test_makes_two(make_memory, stm_capabilities):
+            assert stm_capabilities == frozenset({"truncation", "rolling_summary"})
+            a = await make_memory(config("truncation"))
+            b = await make_memory(config("rolling_summary"), key=MemoryKey("t", "u", "s"))
+            await b.add_turn(turn(1))
+            assert a.key != b.key and b.key == MemoryKey("t", "u", "s")
+            assert fakeprov.closed == []
+
+
+        @req("STR-001")
+        def test_both_were_closed_through_the_provider():
+            assert len(fakeprov.closed) == 2
+
+
+        @req("CON-002")
+        async def test_no_peer_factory_skips(make_peer):
+            raise AssertionError("must not run")
+        """
+    )
+    result = run_pytest(BACKEND, "-rs", "test_fake.py")
+    result.assert_outcomes(passed=2, skipped=2)
+    result.stdout.fnmatch_lines_random(
+        [
+            "SKIPPED*test_fake.py:*: backend does not declare capability 'shared_state'",
+            "SKIPPED*backend provides no create_peer*",
+        ]
+    )
+
+
+def test_slow_check_fails_at_the_deadline(fake_suite: FakeSuite, run_pytest: RunPytest) -> None:
+    fake_suite(
+        """
+        import anyio
+
+
+        @req("WM-001")
+        async def test_hangs():
+            await anyio.sleep(30)
+        """
+    )
+    result = run_pytest(BACKEND, "--stm-timeout=0.2", "test_fake.py")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*check did not finish within 0.2s (--stm-timeout)*"])
+
+
+def test_failure_starts_with_requirement_and_junit_carries_ids(
+    fake_suite: FakeSuite, run_pytest: RunPytest, pytester: pytest.Pytester
+) -> None:
+    fake_suite(
+        """
+        @req("WM-003", "WM-004")
+        @cap("rolling_summary")
+        def test_fails():
+            assert 1 == 2, "boom"
+        """
+    )
+    result = run_pytest(BACKEND, "--junitxml=junit.xml", "test_fake.py")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_fails _*",
+            "",
+            "WM-003 Installing a summary MUST remove from pending exactly the turns sent*",
+            "WM-004 Each turn MUST be delivered to exactly one successful summarizer call*",
+            "",
+            "*def test_fails():*",
+        ]
+    )
+    case = ET.parse(pytester.path / "junit.xml").getroot().find(".//testcase")
+    assert case is not None
+    properties = [(p.get("name"), p.get("value")) for p in case.iter("property")]
+    assert properties == [
+        ("stm_requirement", "WM-003"),
+        ("stm_requirement", "WM-004"),
+        ("stm_capability", "rolling_summary"),
+    ]
+    failure = case.find("failure")
+    assert failure is not None
+    assert failure.get("message", "").startswith("WM-003 Installing a summary MUST remove")
+    assert "boom" in failure.get("message", "")
+
+
+def test_invalid_markers_fail_the_check(fake_suite: FakeSuite, run_pytest: RunPytest) -> None:
+    fake_suite(
+        """
+        @req("ZZZ-999")
+        def test_unknown_id():
+            pass
+
+
+        @req("STR-001")
+        @cap("teleport")
+        def test_unknown_capability():
+            pass
+        """
+    )
+    result = run_pytest(BACKEND, "test_fake.py")
+    result.assert_outcomes(errors=2)
+    output = result.stdout.str()
+    assert "conformance check names requirement IDs not in the spec: ['ZZZ-999']" in output
+    assert "conformance check names unknown capabilities: ['teleport']" in output
