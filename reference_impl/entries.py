@@ -68,6 +68,9 @@ class MemoryState:
     summarized_through: int = 0
     dropped_turns: int = 0
     revision: int = 0
+    #: Whether a stored record is known to hold ``revision`` (hydrated or persisted): a
+    #: conditional save then expects that revision, otherwise it expects no record.
+    stored: bool = False
 
     def set_summary(self, text: str) -> None:
         self.summary = text

@@ -10,6 +10,7 @@ awaits are the summarizer call and sleeps, both in the memory's own worker task.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -50,20 +51,37 @@ def _check_turn(turn: Any) -> None:
     if digest is not None:
         if not isinstance(digest, TrajectoryDigest):
             raise TypeError("ConversationTurn.trajectory_digest must be a TrajectoryDigest")
-        if not all(isinstance(t, str) for t in digest.tools_invoked) or not all(
-            isinstance(r, str) for r in digest.artifacts_refs
-        ):
+        if not _is_str_list(digest.tools_invoked) or not _is_str_list(digest.artifacts_refs):
             raise TypeError("TrajectoryDigest lists must hold strings")
         if not isinstance(digest.observations_summary, str) or not isinstance(
             digest.reasoning_summary, str | None
         ):
             raise TypeError("TrajectoryDigest summaries must be strings")
-    if not isinstance(turn.ts, int | float) or not math.isfinite(turn.ts):
+    if (
+        not isinstance(turn.ts, int | float)
+        or isinstance(turn.ts, bool)
+        or not math.isfinite(turn.ts)
+    ):
         raise TypeError("ConversationTurn.ts must be a finite number")
+    if not isinstance(turn.artifacts_shown, dict):
+        raise TypeError("ConversationTurn.artifacts_shown must be a dict")
+    if not _is_str_list(turn.artifacts_hidden_refs):
+        raise TypeError("ConversationTurn.artifacts_hidden_refs must hold strings")
+    if not turn.artifacts_shown:
+        return
     try:
-        json.dumps([turn.artifacts_shown, turn.artifacts_hidden_refs], allow_nan=False)
+        encoded = json.dumps(turn.artifacts_shown, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"turn artifacts must be JSON-serialisable: {exc}") from None
+    # json.dumps also takes tuples and non-string keys, which no JSON reader gives back:
+    # such a turn could be stored, but its saved state could never be loaded (SER-002).
+    if json.loads(encoded) != turn.artifacts_shown:
+        raise TypeError("ConversationTurn.artifacts_shown must be plain JSON data")
+
+
+def _is_str_list(value: Any) -> bool:
+    # A bare string is iterable too; stored, it would come back as a list of characters.
+    return isinstance(value, list | tuple) and all(isinstance(item, str) for item in value)
 
 
 class DefaultShortTermMemory:
@@ -173,10 +191,12 @@ class DefaultShortTermMemory:
             return
         target = state.pending[-1].seq
         self._wake()
+        # A state replaced by from_dict meanwhile no longer holds the turns waited for.
         while (
             not self._closed
-            and self._state.summarized_through < target
-            and not self._state.health.degraded
+            and self._state is state
+            and state.summarized_through < target
+            and not state.health.degraded
         ):
             await self._changed.wait()
 
@@ -236,16 +256,25 @@ class DefaultShortTermMemory:
         """
         if not hasattr(store, "save_memory_state"):
             return
+        memory_state = self._state
         state = self.to_dict()
-        current = self._state.revision
+        current = memory_state.revision
         state["revision"] = current + 1
         state["storage_key"] = key
         conditional = getattr(store, "save_memory_state_if", None)
-        if conditional is not None:
-            await conditional(key, state, expected_revision=current or None)
-        else:
-            await store.save_memory_state(key, state)
-        self._state.revision = current + 1
+
+        async def save() -> None:
+            if conditional is not None:
+                expected = current if memory_state.stored else None
+                await conditional(key, state, expected_revision=expected)
+            else:
+                await store.save_memory_state(key, state)
+            memory_state.revision = current + 1
+            memory_state.stored = True
+
+        # A store may finish a write after its caller was cancelled (SQLite commits in a
+        # thread): shielding keeps the revision in step with what was written.
+        await asyncio.shield(asyncio.ensure_future(save()))
 
     async def hydrate(self, store: Any, key: str) -> None:
         """Load through ``store.load_memory_state``; refuse another key's state (KEY-007)."""
@@ -262,6 +291,8 @@ class DefaultShortTermMemory:
             self.from_dict(data)
         except schema.KeyMismatchError as exc:
             logger.warning("refusing to hydrate %r: %s", key, exc)
+            return
+        self._state.stored = True
 
     def get_artifact(self, ref: str) -> Any | None:
         """Hidden artifacts are not stored by this backend."""
@@ -318,7 +349,7 @@ class DefaultShortTermMemory:
                 return
             delay = state.health.wait_s(self._now())
             if delay > 0:
-                await asyncio.sleep(delay)
+                await self._sleep(delay)
                 continue  # re-read: the state may have been replaced meanwhile
             if state.health.state is MemoryHealth.DEGRADED:
                 self._transition(state.health.begin_recovery(self._now()))
@@ -342,6 +373,14 @@ class DefaultShortTermMemory:
                 self._transition(change)
             self._budget.settle(state)
             self._notify()
+
+    async def _sleep(self, delay: float) -> None:
+        """Wait ``delay`` seconds, or less if ``from_dict`` replaces the state meanwhile:
+        a loaded state must not wait out the retry or recovery timer of the old one."""
+        changed = self._changed
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await changed.wait()
 
     async def _call(self, batch: watermark.Batch) -> tuple[str | None, str | None]:
         """Run one summarizer call; returns ``(summary, None)`` or ``(None, reason)``."""

@@ -260,6 +260,9 @@ def _check_order(model: MemoryStateV2) -> None:
         raise ValueError("a retained turn is at or below the summarized_through watermark")
     if seqs and model.next_seq <= seqs[-1]:
         raise ValueError("next_seq must exceed every turn's sequence number")
+    if model.summarized_through >= model.next_seq:
+        # New turns would be numbered at or below the watermark and count as covered.
+        raise ValueError("summarized_through must be below next_seq")
 
 
 def load(
