@@ -1,0 +1,345 @@
+"""Persistence through the router: conflicts, summaries across processes, the LRU bound."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import pickle
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+import weakref
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import session_workers
+from stm_stores import InMemoryStateStore, SQLiteStateStore
+
+from reference_impl import (
+    DefaultShortTermMemory,
+    MemoryBudget,
+    MemoryKey,
+    ShortTermMemoryConfig,
+)
+from reference_impl.session import MemoryRouter, PersistConflictError
+from reference_impl.store import StaleStateError
+
+pytestmark = pytest.mark.anyio
+
+KEY = MemoryKey("t", "u", "s")
+
+
+def _truncation(window: int = 5) -> ShortTermMemoryConfig:
+    return ShortTermMemoryConfig(strategy="truncation", budget=MemoryBudget(full_zone_turns=window))
+
+
+async def _finish(router: MemoryRouter, message: str, key: MemoryKey = KEY) -> Mapping[str, Any]:
+    async with router.turn(memory_key=key) as turn:
+        memory: Mapping[str, Any] = turn.llm_context.get("conversation_memory", {})
+        await turn.finish(message, "ok")
+    return memory
+
+
+async def _stored_users(store: Any, key: MemoryKey = KEY) -> list[str]:
+    state = await store.load_memory_state(key.composite())
+    assert state is not None
+    return [t["user_message"] for t in [*state["pending"], *state["turns"]]]
+
+
+# -- conflicts ---------------------------------------------------------------------------
+
+
+async def test_two_routers_on_one_key_lose_no_update() -> None:
+    store = InMemoryStateStore()
+    first, second = (
+        MemoryRouter(_truncation(), store=store),
+        MemoryRouter(_truncation(), store=store),
+    )
+    # Both load the key before either saves: the second save is stale.
+    async with first.turn(memory_key=KEY) as a, second.turn(memory_key=KEY) as b:
+        await a.finish("from first", "ok")
+        await b.finish("from second", "ok")
+    assert second.stats.conflicts == 1 and second.stats.hydrations == 2
+    assert await _stored_users(store) == ["from first", "from second"]
+    # The first router's copy is now stale too; its next turn merges again.
+    await _finish(first, "first again")
+    assert first.stats.conflicts == 1
+    assert await _stored_users(store) == ["from first", "from second", "first again"]
+    # After a conflict the router serves the merged memory.
+    memory = await _finish(first, "and again")
+    assert [t["user"] for t in memory["recent_turns"]] == [
+        "from first",
+        "from second",
+        "first again",
+    ]
+    await first.aclose()
+    await second.aclose()
+    assert first.stats.lost_turns == second.stats.lost_turns == 0
+
+
+class _StaleFirst(InMemoryStateStore):
+    """Refuses the first ``refusals`` conditional saves as stale, without writing."""
+
+    def __init__(self, refusals: int) -> None:
+        super().__init__()
+        self.refusals = refusals
+
+    async def save_memory_state_if(
+        self, key: str, state: Mapping[str, Any], *, expected_revision: int | None
+    ) -> None:
+        if self.refusals > 0:
+            self.refusals -= 1
+            raise StaleStateError(key, expected=expected_revision, actual=99)
+        await super().save_memory_state_if(key, state, expected_revision=expected_revision)
+
+
+async def test_conflicts_beyond_the_retry_bound_raise_a_typed_error() -> None:
+    store = _StaleFirst(refusals=3)
+    router = MemoryRouter(_truncation(), store=store, conflict_retries=2)
+    async with router.turn(memory_key=KEY) as turn:
+        with pytest.raises(PersistConflictError) as caught:
+            await turn.finish("kept in memory", "ok")
+    error = caught.value
+    assert isinstance(error, StaleStateError)
+    assert error.attempts == 3 and error.key == KEY.composite()
+    assert router.stats.conflicts == 3 and router.stats.conflict_failures == 1
+    assert await store.keys() == []
+    restored = pickle.loads(pickle.dumps(error))
+    assert isinstance(restored, PersistConflictError) and restored.attempts == 3
+    # The unsaved turn rides on the next successful save.
+    await _finish(router, "next")
+    assert await _stored_users(store) == ["kept in memory", "next"]
+    await router.aclose()
+    assert router.stats.lost_turns == 0
+
+
+async def test_unsaved_turns_lost_on_close_are_counted() -> None:
+    store = _StaleFirst(refusals=100)
+    router = MemoryRouter(_truncation(), store=store, conflict_retries=0)
+    async with router.turn(memory_key=KEY) as turn:
+        with pytest.raises(PersistConflictError):
+            await turn.finish("doomed", "ok")
+    with pytest.raises(PersistConflictError):
+        await router.aclose()
+    assert router.stats.lost_turns == 1
+
+
+@pytest.mark.requirement("SER-004", "SER-006")
+async def test_a_migrated_v1_record_can_be_continued() -> None:
+    store = InMemoryStateStore()
+    v1 = {
+        "version": 1,
+        "health": "healthy",
+        "turns": [{"user_message": "from v1", "assistant_response": "ok"}],
+        "config_snapshot": {"strategy": "truncation"},
+    }
+    await store.save_memory_state(KEY.composite(), v1)
+    router = MemoryRouter(_truncation(), store=store)
+    try:
+        await _finish(router, "after migration")
+    finally:
+        await router.aclose(flush=False)
+    assert await _stored_users(store) == ["from v1", "after migration"]
+
+
+class _LandsAfterCancel(InMemoryStateStore):
+    """Writes land after a delay even if the caller is cancelled, as SQLite's thread does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writing = asyncio.Event()
+
+    async def save_memory_state_if(
+        self, key: str, state: Mapping[str, Any], *, expected_revision: int | None
+    ) -> None:
+        async def write() -> None:
+            self.writing.set()
+            await asyncio.sleep(0.05)
+            await InMemoryStateStore.save_memory_state_if(
+                self, key, state, expected_revision=expected_revision
+            )
+
+        await asyncio.shield(asyncio.ensure_future(write()))
+
+
+async def test_a_cancelled_finish_neither_loses_nor_duplicates_its_turn() -> None:
+    store = _LandsAfterCancel()
+    router = MemoryRouter(_truncation(), store=store)
+
+    async def finish_first() -> None:
+        await _finish(router, "first")
+
+    task = asyncio.ensure_future(finish_first())
+    await store.writing.wait()
+    task.cancel()  # while the write is in flight; it lands anyway
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await _finish(router, "second")
+    assert await _stored_users(store) == ["first", "second"]
+    assert router.stats.conflicts == 0
+    await router.aclose()
+
+
+# -- hydration and eviction --------------------------------------------------------------
+
+
+async def test_a_key_is_hydrated_once_and_evicted_state_comes_back() -> None:
+    store = InMemoryStateStore()
+    router = MemoryRouter(_truncation(), store=store, max_memories=1)
+    other = MemoryKey("t", "u", "other")
+    await _finish(router, "one")
+    await _finish(router, "two")
+    assert router.stats.hydrations == 1
+    await _finish(router, "elsewhere", key=other)  # evicts KEY
+    assert router.loaded_keys() == [other] and router.stats.evictions == 1
+    memory = await _finish(router, "three")
+    assert [t["user"] for t in memory["recent_turns"]] == ["one", "two"]
+    assert router.stats.hydrations == 3
+    await router.aclose()
+
+
+async def test_memories_in_use_are_never_evicted() -> None:
+    router = MemoryRouter(_truncation(), store=InMemoryStateStore(), max_memories=1)
+    keys = [MemoryKey("t", "u", f"s{i}") for i in range(3)]
+    turns = [router.turn(memory_key=key) for key in keys]
+    for turn in turns:
+        await turn.__aenter__()
+    assert len(router) == 3  # over the bound while all are in use
+    for turn in turns:
+        await turn.finish("q", "a")
+        await turn.__aexit__(None, None, None)
+    assert len(router) == 1 and router.loaded_keys() == [keys[-1]]
+    await router.aclose()
+
+
+# -- summaries reach the store in the background -----------------------------------------
+
+
+def _run_print_memory(db: Path, key: MemoryKey) -> dict[str, Any]:
+    """The ``conversation_memory`` a new router in a new process injects for ``key``."""
+    code = "import session_workers; session_workers.print_memory_main()"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(db), key.tenant_id, key.user_id, key.session_id],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    )
+    memory: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return memory
+
+
+async def test_background_summary_is_saved_and_seen_by_a_new_process(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    store = SQLiteStateStore(db)
+    summarizer = session_workers.CoverageSummarizer()
+
+    async def slow_summarizer(payload: Any) -> dict[str, str]:
+        await asyncio.sleep(0.2)  # slower than a turn: the turn's own save has no summary
+        return await summarizer(payload)
+
+    router = MemoryRouter(
+        session_workers.coverage_config(), store=store, summarizer=slow_summarizer
+    )
+    for index in range(5):  # window 3: turns 0 and 1 are evicted to pending
+        await _finish(router, f"TURN-{index}")
+    state = await store.load_memory_state(KEY.composite())
+    assert state is not None and state["summary"] == ""
+    assert [t["user_message"] for t in state["pending"]] == ["TURN-0", "TURN-1"]
+
+    deadline = time.monotonic() + 10
+    while True:  # no flush() or aclose(): the router's own task saves the summary
+        state = await store.load_memory_state(KEY.composite())
+        assert state is not None
+        if state["pending"] == [] or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    assert state["pending"] == [] and state["summary"] == "TURN-0 TURN-1"
+
+    memory = await asyncio.to_thread(_run_print_memory, db, KEY)
+    assert memory["summary"] == "TURN-0 TURN-1"
+    assert [t["user"] for t in memory["recent_turns"]] == ["TURN-2", "TURN-3", "TURN-4"]
+    assert "pending_turns" not in memory
+    await router.aclose()
+    await store.aclose()
+
+
+# -- LRU bound ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fast_tmp(tmp_path: Path) -> Iterator[Path]:
+    """A directory on tmpfs when there is one: fsync cost is not what the LRU test measures."""
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        path = Path(tempfile.mkdtemp(prefix="stm-lru-", dir="/dev/shm"))
+        yield path
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        yield tmp_path
+
+
+SESSIONS = 10_000
+BOUND = 100
+TRACED = 1_000  # the last sessions run under tracemalloc (it triples the cost per session)
+
+
+async def test_lru_bound_holds_over_ten_thousand_sessions(fast_tmp: Path) -> None:
+    db = fast_tmp / "lru.db"
+    store = SQLiteStateStore(db)
+    config = _truncation(window=2)
+    alive: weakref.WeakSet[DefaultShortTermMemory] = weakref.WeakSet()
+
+    def factory(key: MemoryKey) -> DefaultShortTermMemory:
+        memory = DefaultShortTermMemory(config=config, key=key)
+        alive.add(memory)
+        return memory
+
+    router = MemoryRouter(config, store=store, max_memories=BOUND, memory_factory=factory)
+    started = time.perf_counter()
+    most = 0
+    for index in range(SESSIONS):
+        if index == SESSIONS - TRACED:
+            gc.collect()
+            tracemalloc.start()
+        key = MemoryKey("tenant", f"user-{index % 37}", f"session-{index}")
+        await _finish(router, f"hello from session {index}", key=key)
+        most = max(most, len(router))
+    current, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    elapsed = time.perf_counter() - started
+    gc.collect()
+
+    assert most <= BOUND and len(router) == BOUND
+    assert len(alive) == BOUND  # evicted memories are released, not just unlisted
+    assert router.stats.evictions == SESSIONS - BOUND and router.stats.lost_turns == 0
+    held = {k.session_id for k in router.loaded_keys()}
+    assert held == {f"session-{i}" for i in range(SESSIONS - BOUND, SESSIONS)}
+
+    with sqlite3.connect(db) as conn:
+        rows = dict(conn.execute("SELECT key, state FROM memory_state").fetchall())
+    assert len(rows) == SESSIONS
+    for index in range(0, SESSIONS - BOUND, 97):  # a sample of evicted sessions
+        key = MemoryKey("tenant", f"user-{index % 37}", f"session-{index}")
+        state = json.loads(rows[key.composite()])
+        assert [t["user_message"] for t in state["turns"]] == [f"hello from session {index}"]
+
+    print(
+        f"\nLRU: {SESSIONS} sessions, bound {BOUND}: at most {most} memories held, "
+        f"{len(alive)} alive after gc; {elapsed:.1f}s; tracemalloc over the last {TRACED} "
+        f"sessions: current {current / 1024:.0f} KiB, peak {peak / 1024:.0f} KiB"
+    )
+    # The last TRACED sessions created the BOUND memories still held; a leak of even a
+    # fraction of a memory per session would push this far up.
+    assert current < 2 * 1024 * 1024
+    await router.aclose()
+    await store.aclose()
