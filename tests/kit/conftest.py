@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 from kit_support import RunPytest
 
-pytest_plugins = ["pytester"]
-
 #: A provider module for fake suites: the reference memory, a few capabilities, and a
 #: ``close`` that records what it closed.
 FAKE_PROVIDER = """
