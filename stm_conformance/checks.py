@@ -117,5 +117,6 @@ async def eventually(
         if result:
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for: {what}")
+            # ``what`` leads, so a message naming a requirement ID is attributed to it.
+            raise AssertionError(f"{what} (still not true after {timeout}s)")
         await asyncio.sleep(0.002)

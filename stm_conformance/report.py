@@ -8,6 +8,7 @@ by ``docs/report.schema.json``.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -75,6 +76,9 @@ class CheckResult:
     outcome: Outcome | None = None
     message: str | None = None
     duration_s: float = 0.0
+    #: For a failure whose assertion message opens with one of the check's requirement IDs,
+    #: that ID alone: the check's other requirements were not concluded, not broken.
+    failed_on: str | None = None
 
     @property
     def final_outcome(self) -> Outcome:
@@ -163,6 +167,9 @@ class Results:
                 prefix = "\n".join(self.spec.headline(rid) for rid in check.requirements)
                 message = _failure_message(report).replace(prefix + "\n", "", 1)
                 check.outcome, check.message = "failed", message
+                named = _NAMED_ID.match(message)
+                if named and named["id"] in check.requirements:
+                    check.failed_on = named["id"]
         elif report.skipped and check.outcome != "failed":
             wasxfail = getattr(report, "wasxfail", None)
             if wasxfail is not None:
@@ -189,7 +196,10 @@ class Results:
                 by_id.setdefault(rid, []).append(check)
         statuses: dict[str, tuple[Status, list[str], list[str]]] = {}
         for rid, checks in by_id.items():
-            outcomes = {c.final_outcome for c in checks}
+            outcomes = {
+                "inconclusive" if c.failed_on not in (None, rid) else c.final_outcome
+                for c in checks
+            }
             status: Status
             if not checks:
                 status = "untested"
@@ -351,6 +361,11 @@ def _status_totals(statuses: Iterable[str]) -> dict[str, int]:
     for status in statuses:
         totals[status] += 1
     return totals
+
+
+# "AssertionError: BUD-008: ..." -- a check asserting several requirements names the one
+# an assertion is about at the start of its message.
+_NAMED_ID = re.compile(r"^(?:[A-Za-z_.]*(?:Error|Exception): )?(?P<id>[A-Z]+-\d{3})\b")
 
 
 def _failure_message(report: pytest.TestReport) -> str:

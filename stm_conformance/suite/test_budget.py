@@ -40,9 +40,13 @@ async def _check_invariants(memory: Any, cfg: Any, estimator: Any = None) -> dic
     total = cfg.budget.total_max_tokens
     assert not total or tokens <= total, f"BUD-001: {tokens} tokens > total_max_tokens={total}"
     view = ctx.get("conversation_memory", {})
-    assert len(view.get("recent_turns", [])) <= cfg.budget.full_zone_turns, "BUD-003"
+    assert len(view.get("recent_turns", [])) <= cfg.budget.full_zone_turns, (
+        f"BUD-003: {len(view['recent_turns'])} recent turns > {cfg.budget.full_zone_turns}"
+    )
     summary = view.get("summary", "")
-    assert not summary or estimator(summary) <= cfg.budget.summary_max_tokens, "BUD-002"
+    assert not summary or estimator(summary) <= cfg.budget.summary_max_tokens, (
+        f"BUD-002: summary of {estimator(summary)} tokens > {cfg.budget.summary_max_tokens}"
+    )
     return view
 
 
@@ -87,7 +91,7 @@ async def test_rolling_summary_stays_within_budget(make_memory, scripted_summari
     await _check_invariants(memory, cfg)
 
 
-@req("BUD-008")
+@req("BUD-008", "BUD-001", "BUD-002", "BUD-003")
 @cap("truncation")
 @pytest.mark.parametrize("estimator", [_words, lambda s: len(s) // 3 + 2], ids=["words", "len3"])
 async def test_estimate_uses_the_configured_estimator(make_memory, estimator):
@@ -98,7 +102,7 @@ async def test_estimate_uses_the_configured_estimator(make_memory, estimator):
         await _check_invariants(memory, cfg, estimator)
 
 
-@req("BUD-004", "BUD-010")
+@req("BUD-004", "BUD-010", "BUD-001", "BUD-002", "BUD-003", "BUD-008")
 @cap("rolling_summary")
 async def test_truncate_oldest_hides_the_oldest_pending(make_memory, scripted_summarizer):
     cfg = config(full_zone_turns=2, total_max_tokens=70, summary_max_tokens=20)
@@ -111,17 +115,19 @@ async def test_truncate_oldest_hides_the_oldest_pending(make_memory, scripted_su
     pending = view.get("pending_turns", [])
     evicted = [turn_json(t) for t in added[: len(added) - len(view["recent_turns"])]]
     assert pending == evicted[len(evicted) - len(pending) :], (
-        "visible pending must be the newest evicted turns"
+        "BUD-004: visible pending must be the newest evicted turns"
     )
     # BUD-010: one more (older) pending turn would not have fitted.
     if len(pending) < len(evicted):
         bigger = dict(view, pending_turns=evicted[len(evicted) - len(pending) - 1 :])
         tokens = default_token_estimator(canonical_json({"conversation_memory": bigger}))
-        assert tokens > cfg.budget.total_max_tokens, "a hidden pending turn would have fitted"
+        assert tokens > cfg.budget.total_max_tokens, (
+            "BUD-010: a hidden pending turn would have fitted"
+        )
     scripted_summarizer.release()
 
 
-@req("BUD-005")
+@req("BUD-005", "BUD-001", "BUD-002", "BUD-003", "BUD-008")
 @cap("rolling_summary")
 async def test_truncate_summary_shortens_the_summary_first(make_memory):
     cfg = config(
@@ -141,11 +147,11 @@ async def test_truncate_summary_shortens_the_summary_first(make_memory):
         await memory.add_turn(turn(i, pad=60))
         view = await _check_invariants(memory, cfg)
         summary = view.get("summary", "")
-        assert full_summary.endswith(summary), "the summary must keep its newest text"
+        assert full_summary.endswith(summary), "BUD-005: the summary must keep its newest text"
         if summary:
             evicted = [f"u{j}" + "x" * 60 for j in range(5, i)]
             assert users(view.get("pending_turns")) == evicted, (
-                "pending turns may be hidden only once the summary is gone"
+                "BUD-005: pending turns may be hidden only once the summary is gone"
             )
     scripted_summarizer.release()
 
@@ -217,3 +223,33 @@ async def test_oversize_summary_is_a_failure(make_memory, scripted_summarizer):
 async def test_unsatisfiable_budget_is_rejected(make_memory):
     with pytest.raises(ValueError):
         await make_memory(config("truncation", total_max_tokens=2, summary_max_tokens=1))
+
+
+@req("BUD-007", "BUD-001")
+@cap("rolling_summary")
+async def test_error_policy_refuses_a_summary_that_overflows_the_total(make_memory):
+    total, summary_max = 100, 40
+    summary = "s" * (summary_max * 4 - 1)  # within summary_max_tokens by itself
+    recent = turn(1, pad=170)
+    view_after = {"conversation_memory": {"recent_turns": [turn_json(recent)], "summary": summary}}
+    assert default_token_estimator(canonical_json(view_after)) > total, "check setup"
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        return {"summary": summary}
+
+    cfg = config(
+        full_zone_turns=1,
+        total_max_tokens=total,
+        summary_max_tokens=summary_max,
+        overflow_policy="error",
+        retry_backoff_base_s=30.0,
+    )
+    memory = await make_memory(cfg, summarizer=summarizer)
+    await memory.add_turn(turn(0, pad=60))
+    await memory.add_turn(recent)
+    await eventually(
+        lambda: memory.health.value == "retry",
+        what="BUD-007: RETRY, as installing the summary would exceed total_max_tokens",
+    )
+    assert "summary" not in await memory_view(memory), "BUD-007: the summary was installed"
+    assert memory.estimate_tokens() <= total, "BUD-001"

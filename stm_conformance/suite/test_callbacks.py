@@ -13,11 +13,17 @@ req = pytest.mark.stm_requirement
 
 
 @req("CB-001")
-async def test_turn_added_once_per_turn_in_order(make_memory, recording_callbacks):
-    cfg = config("truncation", full_zone_turns=2, **recording_callbacks.config_kwargs())
+@pytest.mark.parametrize("strategy", ["truncation", "rolling_summary"])
+async def test_turn_added_once_per_turn_in_order(
+    make_memory, recording_callbacks, stm_capabilities, strategy
+):
+    if strategy not in stm_capabilities:
+        pytest.skip(f"backend does not declare capability {strategy!r}")
+    cfg = config(strategy, full_zone_turns=2, **recording_callbacks.config_kwargs())
     memory = await make_memory(cfg)
     for i in range(5):
         await memory.add_turn(turn(i))
+    await memory.flush()
     await recording_callbacks.wait_for("turns", 5)
     await recording_callbacks.settle()
     assert [t.user_message for t in recording_callbacks.turns] == [f"u{i}" for i in range(5)]

@@ -8,6 +8,7 @@ import anyio
 import pytest
 
 from reference_impl.types import MemoryKey
+from stm_conformance import RecordingCallbacks
 from stm_conformance.checks import config, memory_view, turn, users
 
 req = pytest.mark.stm_requirement
@@ -70,8 +71,11 @@ async def test_two_instances_on_one_key_lose_nothing(make_memory, make_peer, scr
 @pytest.mark.stm_capability("rolling_summary")
 async def test_aclose_cancels_background_work(stm_provider, scripted_summarizer):
     before = set(asyncio.all_tasks())
+    slow = RecordingCallbacks(delay_s=30.0)  # callback tasks are background work too
     memory = await stm_provider.create(
-        config(full_zone_turns=1), MemoryKey("t", "u", "close"), scripted_summarizer
+        config(full_zone_turns=1, **slow.config_kwargs()),
+        MemoryKey("t", "u", "close"),
+        scripted_summarizer,
     )
     if not hasattr(memory, "aclose"):
         pytest.skip("backend has no aclose()")
@@ -79,6 +83,7 @@ async def test_aclose_cancels_background_work(stm_provider, scripted_summarizer)
     for i in range(4):
         await memory.add_turn(turn(i))
     await scripted_summarizer.wait_for_calls(1)
+    await slow.wait_for("turns", 1)
     with anyio.fail_after(2):
         await memory.aclose()
     await asyncio.sleep(0)

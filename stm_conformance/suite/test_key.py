@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from reference_impl.types import MemoryIsolation, MemoryKey
-from stm_conformance.checks import config, memory_view, turn
+from stm_conformance import ScriptedSummarizer
+from stm_conformance.checks import config, eventually, memory_view, turn
 
 req = pytest.mark.stm_requirement
 cap = pytest.mark.stm_capability
@@ -158,3 +159,20 @@ def test_nothing_resolvable_disables_memory(stm_provider):
     resolve = _resolver(stm_provider)
     assert resolve(MemoryIsolation(require_explicit_key=True), None, {}) is None
     assert resolve(MemoryIsolation(require_explicit_key=True), None, None) is None
+
+
+@req("KEY-001")
+@cap("rolling_summary")
+async def test_health_of_one_key_is_independent_of_another(make_memory):
+    cfg = config(full_zone_turns=1, retry_backoff_base_s=30.0)
+    failing, healthy = ScriptedSummarizer(), ScriptedSummarizer()
+    failing.fail_always("raise")
+    a = await make_memory(cfg, key=MemoryKey("tenant-a", "u", "s"), summarizer=failing)
+    b = await make_memory(cfg, key=MemoryKey("tenant-b", "u", "s"), summarizer=healthy)
+    for i in range(3):
+        await a.add_turn(turn(i))
+        await b.add_turn(turn(i))
+    await failing.wait_for_calls(1)
+    await eventually(lambda: a.health.value == "retry", what="key A in RETRY")
+    await b.flush()
+    assert b.health.value == "healthy", "key A's summarizer failures changed key B's health"

@@ -6,11 +6,17 @@ import json
 from importlib import resources
 from typing import Any
 
+import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reference_impl.types import MemoryBudget, MemoryKey, ShortTermMemoryConfig
+from reference_impl.types import (
+    MemoryBudget,
+    MemoryKey,
+    ShortTermMemoryConfig,
+    default_token_estimator,
+)
 from stm_conformance import ScriptedSummarizer
 from stm_conformance.checks import config, memory_view, turn
 
@@ -143,10 +149,76 @@ async def test_malformed_input_raises_value_error_and_changes_nothing(
 
     attempt()
     assert await _observe(memory) == before, "a refused from_dict changed the memory"
+    assert json.dumps(memory.to_dict(), sort_keys=True) == before_state, (
+        "a refused from_dict changed to_dict()"
+    )
+    # Fields a half-load could apply before failing on another field.
+    numbers = [k for k, v in valid.items() if isinstance(v, int) and not isinstance(v, bool)]
+    for field in numbers:
+        for other in sorted(set(valid) - {field}):
+            try:
+                memory.from_dict({**valid, field: valid[field] + 1, other: object()})
+            except ValueError:
+                continue
+            memory.from_dict(json.loads(before_state))
+    assert json.dumps(memory.to_dict(), sort_keys=True) == before_state, (
+        "a refused from_dict changed to_dict()"
+    )
     for junk in ([], "state", None, {"version": 999}, {"version": True}):
         with pytest.raises(ValueError):
             memory.from_dict(junk)  # type: ignore[arg-type]
     assert await _observe(memory) == before
+
+
+@req("SER-002")
+@cap("rolling_summary")
+@pytest.mark.parametrize("health", ["retry", "degraded"])
+async def test_round_trip_keeps_a_failing_health(make_memory, health):
+    cfg = config(
+        full_zone_turns=1,
+        retry_attempts=0 if health == "degraded" else 2,
+        retry_backoff_base_s=30.0,
+    )
+    failing = ScriptedSummarizer()
+    failing.fail_always("raise")
+    key = MemoryKey("t", "u", f"failing-{health}")
+    memory = await make_memory(cfg, key=key, summarizer=failing)
+    for i in range(3):
+        await memory.add_turn(turn(i))
+    await failing.wait_for_calls(1)
+    for _ in range(100):
+        if memory.health.value == health:
+            break
+        await anyio.sleep(0.005)
+    assert memory.health.value == health, "check setup"
+    clone_summarizer = ScriptedSummarizer()
+    clone_summarizer.hold()
+    clone = await make_memory(cfg, key=key, summarizer=clone_summarizer)
+    state = json.loads(json.dumps(memory.to_dict()))
+    expected = await _observe(memory)
+    clone.from_dict(state)
+    assert await _observe(clone) == expected, f"a {health} memory does not round-trip"
+    clone_summarizer.release()
+
+
+@req("BUD-002", "SER-004")
+@cap("rolling_summary")
+async def test_a_loaded_oversize_summary_is_clipped_or_refused(make_memory):
+    cfg = config(full_zone_turns=2, summary_max_tokens=10, total_max_tokens=500)
+    summarizer = ScriptedSummarizer()
+    summarizer.hold()
+    memory = await make_memory(cfg, summarizer=summarizer)
+    state = _v1("rolling_summary_healthy.json")
+    state["summary"] = "fact " * 80
+    try:
+        memory.from_dict(state)
+    except ValueError:
+        return  # refusing the state keeps BUD-002 too
+    summary = (await memory_view(memory)).get("summary", "")
+    assert not summary or default_token_estimator(summary) <= 10, (
+        f"BUD-002: a loaded summary of {default_token_estimator(summary)} tokens exceeds 10"
+    )
+    summarizer.release()
 
 
 def _v1_fixtures() -> list[str]:

@@ -1,0 +1,48 @@
+"""Deliberately broken backends: each breaks exactly one requirement of ``docs/spec.md``.
+
+Every module here is a *mutant* of the reference backend: a subclass of
+:class:`reference_impl.DefaultShortTermMemory` (or a reference part injected into one) with
+one small, marked change (``# MUTATION``). Each module exposes
+
+- ``provider``: a :class:`stm_conformance.provider.Provider` with the reference provider's
+  capabilities and key resolver, so the suite runs exactly the checks it runs for the
+  reference (``--stm-backend=tests.kit.mutants.<module>:provider``);
+- ``BREAKS``: the requirement ID the mutation violates;
+- ``COLLATERAL``: other IDs the suite may also report as failed, each with the reason (a
+  check marked with several IDs, or a requirement that is a direct consequence);
+- ``SUITE_FILES``: the suite files ``tests/kit/test_mutants.py`` runs against it;
+- ``SELECT``: an optional ``-k`` expression narrowing that run further;
+- ``GAP`` (optional): why the suite does *not* catch this mutant yet. Such a mutant
+  documents a known gap of the suite; the meta-test expects its run to miss ``BREAKS``
+  (strict xfail) and reports an unexpected pass once a check catches it.
+
+``tests/kit/test_mutants.py`` requires the suite to report ``BREAKS`` as failed and nothing
+outside ``BREAKS`` and ``COLLATERAL``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pkgutil
+from typing import Any
+
+from reference_impl.memory import DefaultShortTermMemory
+from reference_impl.provider import provider as reference_provider
+from reference_impl.types import MemoryKey, ShortTermMemoryConfig, Summarizer
+from stm_conformance.provider import Provider
+
+__all__ = ["mutant_modules", "mutant_provider", "reference_provider"]
+
+
+def mutant_provider(name: str, memory_class: type[DefaultShortTermMemory]) -> Provider:
+    """The reference provider, creating ``memory_class`` instead of the reference memory."""
+
+    async def create(config: ShortTermMemoryConfig, key: MemoryKey, summarizer: Summarizer) -> Any:
+        return memory_class(config=config, summarizer=summarizer, key=key)
+
+    return dataclasses.replace(reference_provider, name=f"mutant-{name}", create=create)
+
+
+def mutant_modules() -> list[str]:
+    """The names of the mutant modules in this package, sorted."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))

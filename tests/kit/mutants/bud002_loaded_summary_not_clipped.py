@@ -1,0 +1,31 @@
+"""BUD-002 broken: ``from_dict`` installs a stored summary larger than
+``summary_max_tokens`` as it is.
+
+Summaries from the summarizer are size-checked as in the reference, but a loaded state's
+summary is not clipped to ``summary_max_tokens`` (truncate policies).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from reference_impl.memory import DefaultShortTermMemory
+
+from . import mutant_provider
+
+BREAKS = "BUD-002"
+COLLATERAL: dict[str, str] = {}
+SUITE_FILES = ("test_budget.py", "test_serialization.py")
+SELECT = "loaded_oversize or stays_within_budget or round_trip or v1"
+
+
+class UnclippedLoadMemory(DefaultShortTermMemory):
+    def from_dict(self, state: Mapping[str, Any]) -> None:
+        super().from_dict(state)
+        summary = state.get("summary")
+        if isinstance(summary, str) and summary and not self._state.health.degraded:
+            self._state.set_summary(summary)  # MUTATION: the stored text, unclipped
+
+
+provider = mutant_provider("bud002-loaded-summary-not-clipped", UnclippedLoadMemory)

@@ -1,0 +1,30 @@
+"""HLT-004 broken: the memory never leaves RETRY, however many retries fail.
+
+The health machine is given an unlimited retry budget, so the memory never becomes
+DEGRADED and its pending turns never move to the backlog.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from reference_impl.memory import DefaultShortTermMemory
+
+from . import mutant_provider
+
+BREAKS = "HLT-004"
+COLLATERAL: dict[str, str] = {}
+SUITE_FILES = ("test_health.py",)
+# The HLT-005, HLT-006 and HLT-008 checks first wait (5 s each) for a DEGRADED that never
+# comes; the run is narrowed to the HLT-004 checks to keep the meta-test fast.
+SELECT = "degrades_after_retries or failure_retries"
+
+
+class NeverDegradedMemory(DefaultShortTermMemory):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._state.health.retry_attempts = sys.maxsize  # MUTATION: retries never run out
+
+
+provider = mutant_provider("hlt004-never-degrades", NeverDegradedMemory)

@@ -1,0 +1,34 @@
+"""WM-001 broken: ``add_turn`` waits for the summarizer call it triggered.
+
+After recording the turn, ``add_turn`` awaits the memory's summarizer worker, bounded by
+``summarizer_timeout_s`` (the longest a call may run anyway), so a slow summarizer stalls
+the conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from reference_impl.memory import DefaultShortTermMemory
+from reference_impl.types import ConversationTurn
+
+from . import mutant_provider
+
+BREAKS = "WM-001"
+COLLATERAL: dict[str, str] = {}
+SUITE_FILES = ("test_watermark.py",)
+# Every other check that holds the summarizer would stall for summarizer_timeout_s per
+# add_turn (and change what they observe); the run is narrowed to the WM-001 check.
+SELECT = "test_add_turn_does_not_wait_for_the_summarizer"
+
+
+class BlockingAddTurnMemory(DefaultShortTermMemory):
+    async def add_turn(self, turn: ConversationTurn) -> None:
+        await super().add_turn(turn)
+        worker = self._worker
+        if worker is not None and not worker.done():
+            # MUTATION: wait for the summarizer inline
+            await asyncio.wait({worker}, timeout=self._config.summarizer_timeout_s)
+
+
+provider = mutant_provider("wm001-add-turn-awaits-summarizer", BlockingAddTurnMemory)
