@@ -5,16 +5,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import DEGRADED, HEALTHY, RECOVERING, RETRY
 
 from reference_impl.health import HealthMachine
 from reference_impl.types import MemoryHealth
-
-HEALTHY, RETRY, DEGRADED, RECOVERING = (
-    MemoryHealth.HEALTHY,
-    MemoryHealth.RETRY,
-    MemoryHealth.DEGRADED,
-    MemoryHealth.RECOVERING,
-)
 
 
 def machine(retry_attempts: int = 3, base: float = 2.0, interval: float = 30.0) -> HealthMachine:

@@ -3,62 +3,36 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import pytest
+from support import (
+    WAIT_S,
+    blocked_summarizer,
+    install_loop_error_recorder,
+    make_turn,
+    rolling_config,
+    until,
+)
 
 from reference_impl import (
     ConversationTurn,
     DefaultShortTermMemory,
-    MemoryBudget,
     MemoryHealth,
-    ShortTermMemoryConfig,
     TrajectoryDigest,
 )
 
-WAIT_S = 5.0
-
-
-def make_turn(index: int) -> ConversationTurn:
-    return ConversationTurn(user_message=f"u{index}", assistant_response=f"a{index}")
-
-
-def rolling(**kwargs: Any) -> ShortTermMemoryConfig:
-    kwargs.setdefault("retry_backoff_base_s", 0.001)
-    kwargs.setdefault("degraded_retry_interval_s", 0.001)
-    return ShortTermMemoryConfig(
-        strategy="rolling_summary",
-        budget=MemoryBudget(full_zone_turns=kwargs.pop("full_zone_turns", 2), total_max_tokens=0),
-        **kwargs,
-    )
-
-
-async def until(predicate: Callable[[], bool]) -> None:
-    with anyio.fail_after(WAIT_S):
-        while True:
-            if predicate():
-                return
-            await asyncio.sleep(0.001)
-
-
-def install_loop_error_recorder() -> list[dict[str, Any]]:
-    errors: list[dict[str, Any]] = []
-    asyncio.get_running_loop().set_exception_handler(lambda _loop, context: errors.append(context))
-    return errors
+rolling = functools.partial(rolling_config, full_zone_turns=2, degraded_retry_interval_s=0.001)
 
 
 def memory_tasks() -> list[asyncio.Task[Any]]:
     return [t for t in asyncio.all_tasks() if t.get_name().startswith("stm-") and not t.done()]
-
-
-async def blocked_summarizer(payload: Mapping[str, Any]) -> Mapping[str, Any]:
-    await asyncio.Event().wait()
-    raise AssertionError("unreachable")
 
 
 @pytest.mark.anyio

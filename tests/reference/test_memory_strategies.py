@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from support import blocked_summarizer
 
 from reference_impl import (
     ConversationTurn,
@@ -36,11 +36,6 @@ def make_turn(index: int, digest: TrajectoryDigest | None = None) -> Conversatio
         artifacts_hidden_refs=["ref"],
         ts=float(index),
     )
-
-
-async def blocked(payload: Mapping[str, Any]) -> Mapping[str, Any]:
-    await asyncio.Event().wait()
-    raise AssertionError("unreachable")
 
 
 @pytest.mark.requirement("HLT-001")
@@ -102,7 +97,7 @@ async def test_turn_renders_with_digest_exactly_when_it_has_one_and_it_is_includ
         budget=MemoryBudget(full_zone_turns=2),
         include_trajectory_digest=include,
     )
-    memory = DefaultShortTermMemory(config=config, summarizer=blocked)
+    memory = DefaultShortTermMemory(config=config, summarizer=blocked_summarizer)
     await memory.add_turn(make_turn(0, DIGEST))
     await memory.add_turn(make_turn(1))
     await memory.add_turn(make_turn(2, DIGEST))  # under rolling_summary, u0 becomes pending

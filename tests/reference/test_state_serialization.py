@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from support import blocked_summarizer, make_turn
 
 from reference_impl import (
     ConversationTurn,
@@ -55,10 +56,6 @@ def schema_text() -> str:
 # ------------------------------------------------------------------------ helpers
 
 
-def make_turn(index: int, **extra: Any) -> ConversationTurn:
-    return ConversationTurn(user_message=f"u{index}", assistant_response=f"a{index}", **extra)
-
-
 def config_for(strategy: str = "rolling_summary", **kwargs: Any) -> ShortTermMemoryConfig:
     budget = kwargs.pop("budget", {})
     kwargs.setdefault("retry_backoff_base_s", 3600.0)
@@ -68,11 +65,6 @@ def config_for(strategy: str = "rolling_summary", **kwargs: Any) -> ShortTermMem
         budget=MemoryBudget(**{"full_zone_turns": 2, **budget}),
         **kwargs,
     )
-
-
-async def blocked(payload: Mapping[str, Any]) -> Mapping[str, Any]:
-    await asyncio.Event().wait()
-    raise AssertionError("unreachable")
 
 
 async def failing(payload: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -85,7 +77,7 @@ async def joining(payload: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def fresh(config: ShortTermMemoryConfig, key: MemoryKey | None = None) -> DefaultShortTermMemory:
-    summarizer = blocked if config.strategy == "rolling_summary" else None
+    summarizer = blocked_summarizer if config.strategy == "rolling_summary" else None
     return DefaultShortTermMemory(config=config, summarizer=summarizer, key=key)
 
 
@@ -148,10 +140,12 @@ async def build(kind: str) -> tuple[ShortTermMemoryConfig, DefaultShortTermMemor
     """A memory in an interesting state, and its configuration."""
     if kind == "empty":
         config = config_for()
-        return config, DefaultShortTermMemory(config=config, summarizer=blocked, key=KEY_A)
+        return config, DefaultShortTermMemory(
+            config=config, summarizer=blocked_summarizer, key=KEY_A
+        )
     if kind == "pending-hidden":
         config = config_for(budget={"total_max_tokens": 40, "summary_max_tokens": 10})
-        memory = DefaultShortTermMemory(config=config, summarizer=blocked, key=KEY_A)
+        memory = DefaultShortTermMemory(config=config, summarizer=blocked_summarizer, key=KEY_A)
         for index in range(8):
             await memory.add_turn(make_turn(index))
         return config, memory
@@ -162,7 +156,7 @@ async def build(kind: str) -> tuple[ShortTermMemoryConfig, DefaultShortTermMemor
         for index in range(4):
             await memory.add_turn(make_turn(index, trajectory_digest=DIGEST))
         await memory.flush()
-        summarizer.target = blocked
+        summarizer.target = blocked_summarizer
         await memory.add_turn(make_turn(4))
         await memory.add_turn(make_turn(5))
         await settle()

@@ -3,56 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import anyio
 import pytest
+from support import (
+    DEGRADED,
+    HEALTHY,
+    RECOVERING,
+    RETRY,
+    make_turn,
+    rolling_config,
+    until,
+    users,
+    view_of,
+)
 
 from reference_impl import (
-    ConversationTurn,
     DefaultShortTermMemory,
-    MemoryBudget,
     MemoryHealth,
-    ShortTermMemoryConfig,
 )
 
-HEALTHY, RETRY, DEGRADED, RECOVERING = (
-    MemoryHealth.HEALTHY,
-    MemoryHealth.RETRY,
-    MemoryHealth.DEGRADED,
-    MemoryHealth.RECOVERING,
-)
-
-WAIT_S = 5.0
-
-
-def make_turn(index: int) -> ConversationTurn:
-    return ConversationTurn(user_message=f"u{index}", assistant_response=f"a{index}")
-
-
-def rolling(**kwargs: Any) -> ShortTermMemoryConfig:
-    kwargs.setdefault("retry_backoff_base_s", 0.001)
-    kwargs.setdefault("degraded_retry_interval_s", 3600.0)
-    return ShortTermMemoryConfig(
-        strategy="rolling_summary",
-        budget=MemoryBudget(full_zone_turns=kwargs.pop("full_zone_turns", 1), total_max_tokens=0),
-        **kwargs,
-    )
-
-
-def users(turns: Any, key: str = "user") -> list[str]:
-    return [turn[key] for turn in turns]
-
-
-async def until(predicate: Callable[[], bool]) -> None:
-    """Poll until ``predicate()`` holds; fail after ``WAIT_S`` seconds."""
-    with anyio.fail_after(WAIT_S):
-        while True:
-            if predicate():
-                return
-            await asyncio.sleep(0.001)
+rolling = functools.partial(rolling_config, degraded_retry_interval_s=3600.0)
 
 
 class ScriptedSummarizer:
@@ -79,10 +53,6 @@ class ScriptedSummarizer:
 
     async def started(self, calls: int) -> None:
         await until(lambda: len(self.payloads) >= calls)
-
-
-async def view_of(memory: DefaultShortTermMemory) -> dict[str, Any]:
-    return dict((await memory.get_llm_context())["conversation_memory"])
 
 
 @pytest.mark.anyio

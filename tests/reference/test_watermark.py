@@ -3,40 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
 import pytest
+from support import make_turn, rolling_config, until, users, view_of
 
 from reference_impl import (
-    ConversationTurn,
     DefaultShortTermMemory,
-    MemoryBudget,
     MemoryHealth,
     ShortTermMemoryConfig,
 )
 
-WAIT_S = 5.0
-
-
-def make_turn(index: int) -> ConversationTurn:
-    return ConversationTurn(user_message=f"u{index}", assistant_response=f"a{index}")
-
-
-def rolling(full_zone_turns: int = 1, **kwargs: Any) -> ShortTermMemoryConfig:
-    kwargs.setdefault("retry_backoff_base_s", 0.001)
-    kwargs.setdefault("degraded_retry_interval_s", 3600.0)
-    return ShortTermMemoryConfig(
-        strategy="rolling_summary",
-        budget=MemoryBudget(full_zone_turns=full_zone_turns, total_max_tokens=0),
-        **kwargs,
-    )
-
-
-def users(turns: Any) -> list[str]:
-    return [turn["user"] for turn in turns]
+rolling = functools.partial(rolling_config, degraded_retry_interval_s=3600.0)
 
 
 class GatedSummarizer:
@@ -70,19 +52,6 @@ class GatedSummarizer:
 def summary_after(payload: Mapping[str, Any]) -> str:
     previous: str = payload["previous_summary"]
     return f"{previous} {' '.join(users(payload['turns']))}".strip()
-
-
-async def view_of(memory: DefaultShortTermMemory) -> dict[str, Any]:
-    return dict((await memory.get_llm_context())["conversation_memory"])
-
-
-async def until(predicate: Callable[[], bool]) -> None:
-    """Poll until ``predicate()`` holds; fail after ``WAIT_S`` seconds."""
-    with anyio.fail_after(WAIT_S):
-        while True:
-            if predicate():
-                return
-            await asyncio.sleep(0.001)
 
 
 @pytest.mark.anyio
