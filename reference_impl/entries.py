@@ -101,7 +101,3 @@ class MemoryState:
     @property
     def visible_pending(self) -> list[Entry]:
         return self.pending[self.visible_from :]
-
-    def all_entries(self) -> list[Entry]:
-        """Every retained turn, oldest first."""
-        return [*self.backlog, *self.pending, *self.recent]

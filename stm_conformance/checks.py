@@ -45,7 +45,11 @@ def turn(i: int, *, pad: int = 0, digest: bool = False) -> ConversationTurn:
 
 
 def turn_json(t: ConversationTurn, *, include_digest: bool = True) -> dict[str, Any]:
-    """How the spec renders a turn (STR-004)."""
+    """How the spec renders a turn (STR-004).
+
+    Written out here rather than imported from ``reference_impl``: the kit states what the
+    spec says independently, so a rendering bug in the reference cannot hide itself.
+    """
     out: dict[str, Any] = {"user": t.user_message, "assistant": t.assistant_response}
     d = t.trajectory_digest
     if include_digest and d is not None:
