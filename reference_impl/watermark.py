@@ -79,6 +79,10 @@ def install(state: MemoryState, batch: Batch, summary: str) -> None:
     state.set_summary(summary)
     state.summarized_through = through
     if batch.recovering:
+        # Batch turns dropped from a full backlog while this call held them are covered by
+        # its summary after all: they were not lost.
+        still_held = sum(1 for e in state.backlog if e.seq <= through)
+        state.dropped_turns -= len(batch.entries) - still_held
         # Turns evicted while recovering are newer than the batch: they become pending.
         remaining = [e for e in state.backlog if e.seq > through]
         state.backlog.clear()

@@ -394,3 +394,37 @@ async def test_failures_never_reach_flush_callers() -> None:
         memory.estimate_tokens()
     assert memory.health is DEGRADED
     await memory.aclose()
+
+
+@pytest.mark.requirement("HLT-005", "HLT-006")
+@pytest.mark.anyio
+async def test_turns_dropped_while_a_recovery_call_holds_them_are_not_counted() -> None:
+    gate = asyncio.Event()
+    calls: list[list[str]] = []
+    failing = True
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        calls.append([t["user"] for t in payload["turns"]])
+        if failing:
+            raise RuntimeError("down")
+        await gate.wait()
+        return {"summary": "covered"}
+
+    config = rolling_config(
+        degraded_retry_interval_s=0.01, retry_attempts=0, recovery_backlog_limit=2
+    )
+    async with DefaultShortTermMemory(config=config, summarizer=summarizer) as memory:
+        await memory.add_turn(make_turn(0))
+        await memory.add_turn(make_turn(1))  # u0 evicted; its call fails: DEGRADED
+        await until(lambda: memory.health is DEGRADED)
+        await memory.add_turn(make_turn(2))  # backlog u0, u1
+        failing = False
+        await until(lambda: memory.health is RECOVERING)  # the call holds u0, u1
+        for i in range(3, 6):
+            await memory.add_turn(make_turn(i))  # u0, u1, u2 pushed out of the backlog
+        assert memory.dropped_turns == 3
+        gate.set()
+        await until(lambda: memory.health is HEALTHY)
+        # u0 and u1 were in the recovery call: only u2 was lost.
+        assert calls[1] == ["u0", "u1"], calls
+        assert memory.dropped_turns == 1
