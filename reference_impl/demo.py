@@ -144,29 +144,29 @@ def _check_isolation(seen: Mapping[str, str]) -> bool:
     return ok
 
 
-async def _phase1(db: str) -> bool:
-    print(f"== phase 1 (pid {os.getpid()}): two tenants, same user and session id; store {db}")
+async def _converse_through(db: str, script: dict[str, list[str]]) -> tuple[dict[str, str], int]:
+    """Run ``script`` through a fresh router on the SQLite file ``db``, then close both."""
     store = SQLiteStateStore(db)
     router = MemoryRouter(_config(), store=store, summarizer=RuleBasedSummarizer(max_tokens=150))
     try:
-        seen = await _converse(router, _PHASE1)
+        seen = await _converse(router, script)
     finally:
         await router.aclose()  # flushes the summarizer and saves every memory
         await store.aclose()
+    return seen, router.stats.turns_recorded
+
+
+async def _phase1(db: str) -> bool:
+    print(f"== phase 1 (pid {os.getpid()}): two tenants, same user and session id; store {db}")
+    seen, recorded = await _converse_through(db, _PHASE1)
     ok = _check_isolation(seen)
-    print(f"phase 1 done: {router.stats.turns_recorded} turns recorded, router closed")
+    print(f"phase 1 done: {recorded} turns recorded, router closed")
     return ok
 
 
 async def _phase2(db: str) -> bool:
     print(f"== phase 2 (pid {os.getpid()}): a new process on the same SQLite file")
-    store = SQLiteStateStore(db)
-    router = MemoryRouter(_config(), store=store, summarizer=RuleBasedSummarizer(max_tokens=150))
-    try:
-        seen = await _converse(router, _PHASE2)
-    finally:
-        await router.aclose()
-        await store.aclose()
+    seen, _ = await _converse_through(db, _PHASE2)
     ok = _check_isolation(seen)
     survived = all(
         markers[0] in seen[t] or markers[1] in seen[t] for t, markers in _MARKERS.items()
