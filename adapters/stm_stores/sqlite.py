@@ -49,8 +49,8 @@ class SQLiteStateStore:
     the writer. ``":memory:"`` gives a private database per store.
 
     Blocking calls run in a worker thread over one connection, opened on first use
-    and serialised by a lock. ``timeout_s`` bounds how long an operation waits for
-    another process's write lock. Close the store with :meth:`close`,
+    and serialised by a lock. ``timeout_s`` bounds how long an operation, the first
+    open included, waits for another process's write lock. Close the store with :meth:`close`,
     :meth:`aclose` or ``async with``.
     """
 
@@ -194,6 +194,22 @@ class SQLiteStateStore:
                 ) from exc
 
     def _connect(self) -> sqlite3.Connection:
+        # Switching a new file to WAL takes an exclusive lock and, when several
+        # processes open the same fresh file at once, fails with "database is
+        # locked" without waiting for the busy timeout. Setting up is idempotent,
+        # so retry it until timeout_s has passed.
+        deadline = time.monotonic() + self._timeout_s
+        delay = 0.001
+        while True:
+            try:
+                return self._open()
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+    def _open(self) -> sqlite3.Connection:
         # isolation_level=None: no implicit transactions; save_if manages its own.
         conn = sqlite3.connect(
             self._path,
@@ -210,3 +226,10 @@ class SQLiteStateStore:
             conn.close()
             raise
         return conn
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(exc) or "busy" in str(exc)

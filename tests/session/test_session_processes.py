@@ -25,7 +25,13 @@ def test_two_processes_on_one_key_lose_no_turn(tmp_path: Path) -> None:
     covers). A turn may only be missing if a router reported it lost (``lost_turns``).
     """
     db = tmp_path / "shared.db"
-    SQLiteStateStore(db).close()  # create the file before the race
+    # Create the file and schema first, so the writers race on the key only; the
+    # store's own first open on a new file is tested in tests/stores.
+    create = SQLiteStateStore(db)
+    try:
+        assert anyio.run(create.keys) == []
+    finally:
+        create.close()
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(2)
     outputs = {name: tmp_path / f"{name}.json" for name in ("A", "B")}

@@ -142,6 +142,42 @@ async def test_lock_timeout_is_wrapped_and_writes_nothing(db_path: Path) -> None
         assert await store.load_memory_state(KEY) == {"revision": 2}
 
 
+async def test_first_open_waits_for_a_writer_on_a_new_file(db_path: Path) -> None:
+    # Switching a file to WAL needs the write lock and fails at once, ignoring the
+    # busy timeout, while another connection holds it: what two processes opening
+    # one new file together run into.
+    with raw(db_path) as other:
+        other.execute("CREATE TABLE unrelated (x)")
+        other.execute("BEGIN IMMEDIATE")
+        loaded: list[dict[str, Any] | None] = []
+        async with SQLiteStateStore(db_path, timeout_s=10) as store:
+
+            async def load() -> None:
+                loaded.append(await store.load_memory_state(KEY))
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(load)
+                await anyio.sleep(0.2)
+                assert loaded == []
+                other.execute("ROLLBACK")
+            assert loaded == [None]
+            await store.save_memory_state(KEY, {"revision": 1})
+    with raw(db_path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+async def test_first_open_gives_up_after_the_timeout(db_path: Path) -> None:
+    with raw(db_path) as other:
+        other.execute("CREATE TABLE unrelated (x)")
+        other.execute("BEGIN IMMEDIATE")
+        async with SQLiteStateStore(db_path, timeout_s=0.1) as store:
+            with pytest.raises(StateStoreError, match="locked") as raised:
+                await store.load_memory_state(KEY)
+        other.execute("ROLLBACK")
+    assert raised.value.key == KEY
+    assert isinstance(raised.value.__cause__, sqlite3.OperationalError)
+
+
 INCREMENTS_PER_PROCESS = 50
 
 
