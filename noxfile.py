@@ -44,6 +44,6 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """Cost of ``add_turn`` against the number of retained turns (side by side, one run)."""
-    session.install("-e", ".[dev]")
+    """Cost of ``add_turn`` against the number of retained turns, next to PenguiFlow's."""
+    session.install("-e", ".[dev,penguiflow]")
     session.run("python", "tests/bench/bench_add_turn.py", *session.posargs)
