@@ -229,7 +229,5 @@ class SQLiteStateStore:
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None:
-        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-    return "locked" in str(exc) or "busy" in str(exc)
+    # The extended code (e.g. SQLITE_BUSY_RECOVERY) keeps the primary code in its low byte.
+    return exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
