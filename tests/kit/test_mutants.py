@@ -1,6 +1,6 @@
 """Meta-test: the conformance suite catches every mutant, on the requirement it breaks.
 
-Each module of ``tests/kit/mutants`` is a backend that breaks one requirement (``BREAKS``).
+Each module of ``tests/kit/stm_mutants`` is a backend that breaks one requirement (``BREAKS``).
 The suite runs against it in a subprocess, exactly as a backend author would run it
 (``pytest --stm-backend=module:provider --stm-report=FILE``), restricted to the suite files
 of that requirement's group (``SUITE_FILES``, optionally ``SELECT`` as ``-k``) to keep the
@@ -30,10 +30,13 @@ import stm_conformance
 from stm_conformance.requirements import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # ``tests.kit.mutants`` is imported from the repository root
-    sys.path.insert(0, str(REPO))
+#: Where ``stm_mutants`` is importable from, here and in the runs' subprocesses. Not a
+#: ``tests.`` package path: an installed distribution may own a top-level ``tests``.
+KIT_TESTS = Path(__file__).resolve().parent
+if str(KIT_TESTS) not in sys.path:
+    sys.path.insert(0, str(KIT_TESTS))
 
-from tests.kit.mutants import mutant_modules, reference_provider  # noqa: E402
+from stm_mutants import mutant_modules, reference_provider  # noqa: E402
 
 SUITE_DIR = Path(stm_conformance.__file__).resolve().parent / "suite"
 MUTANTS = mutant_modules()
@@ -49,7 +52,7 @@ class SuiteMissedMutant(AssertionError):
 
 
 def _mutant(name: str) -> ModuleType:
-    return importlib.import_module(f"tests.kit.mutants.{name}")
+    return importlib.import_module(f"stm_mutants.{name}")
 
 
 def _params() -> list[Any]:
@@ -76,7 +79,7 @@ def _run_suite(tmp_path: Path, backend: str, args: list[str]) -> tuple[dict[str,
     env = {
         k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "STM_BACKEND"
     }
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(KIT_TESTS), env.get("PYTHONPATH")]))
     command = [
         sys.executable,
         "-m",
@@ -146,7 +149,7 @@ def test_suite_catches_mutant(name: str, tmp_path: Path) -> None:
     args = [str(SUITE_DIR / file) for file in module.SUITE_FILES]
     if module.SELECT:
         args += ["-k", module.SELECT]
-    report, output = _run_suite(tmp_path, f"tests.kit.mutants.{name}:provider", args)
+    report, output = _run_suite(tmp_path, f"stm_mutants.{name}:provider", args)
     assert report["backend"]["name"] == module.provider.name, "the mutant was not the backend"
     failed = _failed(report)
     details = f"failed requirements: {sorted(failed)}\nfailing checks:\n{_failing_checks(report)}"

@@ -6,7 +6,7 @@ one small, marked change (``# MUTATION``). Each module exposes
 
 - ``provider``: a :class:`stm_conformance.provider.Provider` with the reference provider's
   capabilities and key resolver, so the suite runs exactly the checks it runs for the
-  reference (``--stm-backend=tests.kit.mutants.<module>:provider``);
+  reference (``--stm-backend=stm_mutants.<module>:provider`` with ``tests/kit`` on the path);
 - ``BREAKS``: the requirement ID the mutation violates;
 - ``COLLATERAL``: other IDs the suite may also report as failed, each with the reason (a
   check marked with several IDs, or a requirement that is a direct consequence);
