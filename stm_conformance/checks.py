@@ -11,13 +11,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from reference_impl.tokens import canonical_json
-from reference_impl.types import (
+from .contract import (
     ConversationTurn,
     MemoryBudget,
     OverflowPolicy,
     ShortTermMemoryConfig,
     TrajectoryDigest,
+    canonical_json,
 )
 
 __all__ = [

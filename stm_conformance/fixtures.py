@@ -14,11 +14,11 @@ from typing import Any, Protocol
 import anyio
 import pytest
 
-from reference_impl.types import MemoryKey, ShortTermMemoryConfig, Summarizer
-
 from ._session import active_backend
+from .contract import MemoryKey, ShortTermMemoryConfig, Summarizer
 from .provider import MemoryFactory, Provider
 from .scripted import RecordingCallbacks, ScriptedSummarizer
+from .store import KitStateStore
 
 __all__ = [
     "CLOSE_TIMEOUT_S",
@@ -157,14 +157,12 @@ async def make_peer(stm_provider: Provider, anyio_backend: str) -> AsyncIterator
 
 @pytest.fixture
 async def stm_store(stm_provider: Provider, anyio_backend: str) -> AsyncIterator[Any]:
-    """A fresh store: ``await Provider.make_store()``, else ``stm_stores.InMemoryStateStore()``.
+    """A fresh store: ``await Provider.make_store()``, else a kit ``KitStateStore``.
 
     A store made by the provider is closed at teardown when it has ``aclose()``.
     """
     if stm_provider.make_store is None:
-        from stm_stores import InMemoryStateStore
-
-        yield InMemoryStateStore()
+        yield KitStateStore()
         return
     store = await stm_provider.make_store()
     try:

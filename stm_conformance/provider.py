@@ -13,9 +13,14 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-from reference_impl.types import MemoryIsolation, MemoryKey, ShortTermMemoryConfig, Summarizer
-
 from .capabilities import CAPABILITIES
+from .contract import (
+    MemoryBudgetExceeded,
+    MemoryIsolation,
+    MemoryKey,
+    ShortTermMemoryConfig,
+    Summarizer,
+)
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -23,6 +28,7 @@ __all__ = [
     "Provider",
     "ProviderError",
     "KeyResolver",
+    "StorageKey",
     "load_provider",
     "registered_backends",
 ]
@@ -34,6 +40,8 @@ ENTRY_POINT_GROUP = "stm_conformance.backends"
 MemoryFactory = Callable[[ShortTermMemoryConfig, MemoryKey, Summarizer], Awaitable[Any]]
 #: ``resolve_key(isolation, explicit_key, tool_context)`` -> the key for one call, or ``None``.
 KeyResolver = Callable[[MemoryIsolation, MemoryKey | None, Any], MemoryKey | None]
+#: ``storage_key(key)`` -> the string a memory of ``key`` is stored under.
+StorageKey = Callable[[MemoryKey], str]
 
 
 class ProviderError(LookupError):
@@ -44,8 +52,8 @@ class ProviderError(LookupError):
 class Provider:
     """Everything the kit needs to know about one backend.
 
-    The kit passes its own types (:class:`~reference_impl.types.ShortTermMemoryConfig`,
-    :class:`~reference_impl.types.MemoryKey`, a summarizer callable); converting them to
+    The kit passes its own types (:class:`~stm_conformance.contract.ShortTermMemoryConfig`,
+    :class:`~stm_conformance.contract.MemoryKey`, a summarizer callable); converting them to
     the backend's types is the provider's job. Checks read memories only through the
     protocol methods and JSON-level outputs (``get_llm_context()``, ``to_dict()``,
     ``health.value``).
@@ -60,7 +68,7 @@ class Provider:
     #: A second instance on the same key, for ``shared_state`` backends.
     create_peer: MemoryFactory | None = None
     #: ``await make_store()``: a fresh store for persistence checks; default: the kit's
-    #: ``stm_stores.InMemoryStateStore``.
+    #: :class:`~stm_conformance.store.KitStateStore`.
     make_store: Callable[[], Awaitable[Any]] | None = None
     #: Session-wide setup and teardown (start a server, create a schema, ...).
     lifespan: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None = None
@@ -68,6 +76,18 @@ class Provider:
     close: Callable[[Any], Awaitable[None]] | None = None
     #: Key resolution for ``key_resolution`` checks (KEY-003..006).
     resolve_key: KeyResolver | None = None
+    #: The storage key the backend derives from a :class:`MemoryKey` (KEY-002): what
+    #: ``persist``/``hydrate`` are called with. Default: ``MemoryKey.composite()``.
+    storage_key: StorageKey | None = None
+    #: The exception class(es) the backend raises for a turn that does not fit under
+    #: ``overflow_policy="error"`` (BUD-006). Default: the contract's ``MemoryBudgetExceeded``.
+    budget_exceeded_error: type[BaseException] | tuple[type[BaseException], ...] = (
+        MemoryBudgetExceeded
+    )
+
+    def key_for_storage(self, key: MemoryKey) -> str:
+        """``storage_key(key)`` if given, else ``key.composite()``."""
+        return key.composite() if self.storage_key is None else self.storage_key(key)
 
     async def dispose(self, memory: Any) -> None:
         """Close a memory: ``close(memory)`` if given, else ``await memory.aclose()`` if any."""
@@ -85,6 +105,17 @@ class Provider:
             raise ProviderError(f"Provider {self.name!r}: create must be an async callable")
         if not isinstance(self.capabilities, frozenset):
             raise ProviderError(f"Provider {self.name!r}: capabilities must be a frozenset")
+        errors = self.budget_exceeded_error
+        classes = errors if isinstance(errors, tuple) else (errors,)
+        if not classes or not all(
+            isinstance(c, type) and issubclass(c, BaseException) for c in classes
+        ):
+            raise ProviderError(
+                f"Provider {self.name!r}: budget_exceeded_error must be an exception class "
+                "or a non-empty tuple of them"
+            )
+        if self.storage_key is not None and not callable(self.storage_key):
+            raise ProviderError(f"Provider {self.name!r}: storage_key must be callable")
         unknown = sorted(self.capabilities - CAPABILITIES)
         if unknown:
             raise ProviderError(

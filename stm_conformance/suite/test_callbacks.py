@@ -13,12 +13,14 @@ req = pytest.mark.stm_requirement
 
 
 @req("CB-001")
-@pytest.mark.parametrize("strategy", ["truncation", "rolling_summary"])
-async def test_turn_added_once_per_turn_in_order(
-    make_memory, recording_callbacks, stm_capabilities, strategy
-):
-    if strategy not in stm_capabilities:
-        pytest.skip(f"backend does not declare capability {strategy!r}")
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        pytest.param("truncation", marks=pytest.mark.stm_capability("truncation")),
+        pytest.param("rolling_summary", marks=pytest.mark.stm_capability("rolling_summary")),
+    ],
+)
+async def test_turn_added_once_per_turn_in_order(make_memory, recording_callbacks, strategy):
     cfg = config(strategy, full_zone_turns=2, **recording_callbacks.config_kwargs())
     memory = await make_memory(cfg)
     for i in range(5):
@@ -67,6 +69,7 @@ async def test_health_changes_once_each_in_order(
 
 
 @req("CB-004")
+@pytest.mark.stm_capability("truncation")
 async def test_slow_or_raising_callbacks_never_harm_memory(make_memory):
     slow = RecordingCallbacks(delay_s=30.0)
     cfg = config("truncation", full_zone_turns=2, **slow.config_kwargs())

@@ -99,14 +99,15 @@ async def test_degraded_backlog_is_bounded_and_counted(
 
 @req("HLT-006")
 async def test_recovery_is_rate_limited_and_returns_to_healthy(
-    make_memory, scripted_summarizer, recording_callbacks
+    make_memory, scripted_summarizer, recording_callbacks, stm_capabilities
 ):
     interval = 0.05
+    callbacks = "callbacks" in stm_capabilities
     cfg = config(
         full_zone_turns=1,
         retry_attempts=0,
         degraded_retry_interval_s=interval,
-        **recording_callbacks.config_kwargs(),
+        **(recording_callbacks.config_kwargs() if callbacks else {}),
     )
     memory = await make_memory(cfg, summarizer=scripted_summarizer)
     scripted_summarizer.fail_always("raise")
@@ -123,9 +124,10 @@ async def test_recovery_is_rate_limited_and_returns_to_healthy(
     scripted_summarizer.succeed()
     await memory.add_turn(turn(2))
     await eventually(lambda: memory.health.value == "healthy", what="HEALTHY after recovery")
-    await recording_callbacks.wait_for("health", 1)
-    seen = [new for _, new in recording_callbacks.health]
-    assert "recovering" in seen, f"no RECOVERING state observed: {recording_callbacks.health}"
+    if callbacks:  # RECOVERING is too brief to poll for; on_health_changed reports it
+        await recording_callbacks.wait_for("health", 1)
+        seen = [new for _, new in recording_callbacks.health]
+        assert "recovering" in seen, f"no RECOVERING state observed: {recording_callbacks.health}"
     assert (await memory_view(memory)).get("summary"), "recovery installs a summary"
 
 

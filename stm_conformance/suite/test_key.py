@@ -3,33 +3,59 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import pytest
 
-from reference_impl.types import MemoryIsolation, MemoryKey
 from stm_conformance import ScriptedSummarizer
 from stm_conformance.checks import config, eventually, memory_view, turn
+from stm_conformance.contract import MemoryIsolation, MemoryKey
 
 req = pytest.mark.stm_requirement
 cap = pytest.mark.stm_capability
 
-ADVERSARIAL_KEYS = [
-    (MemoryKey("a:b", "c", "d"), MemoryKey("a", "b:c", "d")),
-    (MemoryKey("t", "u", "s%3A"), MemoryKey("t", "u", "s:")),
-    (MemoryKey("tenant", "user", "séssion-🦜"), MemoryKey("tenant", "user", "séssion-🐧")),
-    (MemoryKey("t", "u", "x" * 1000), MemoryKey("t", "u", "x" * 999)),
-    (MemoryKey("", "", "s"), MemoryKey("default", "anonymous", "s")),
-    (MemoryKey("kv:v1:t", "u", "s"), MemoryKey("t", "u", "s")),
-]
+#: Pairs of distinct keys that a careless storage-key encoding merges: separators inside
+#: parts, escape-sequence twins, case and Unicode-normalisation twins, empty and very long
+#: parts. Named so that a failing node ID can be pasted back to rerun it.
+ADVERSARIAL_KEYS = {
+    "separator-moves": (("a:b", "c", "d"), ("a", "b:c", "d")),
+    "escape-twin": (("t", "u", "s%3A"), ("t", "u", "s:")),
+    "slash-and-pipe": (("t/u", "v", "s"), ("t", "u|v", "s")),
+    "nul-separator": (("t\x00u", "v", "s"), ("t", "u\x00v", "s")),
+    "astral-unicode": (("tenant", "user", "séssion-🦜"), ("tenant", "user", "séssion-🐧")),
+    "nfc-nfd-twins": (("t", "u", "caf\u00e9"), ("t", "u", "cafe\u0301")),
+    "case-twins": (("Tenant", "u", "s"), ("tenant", "u", "s")),
+    "long-parts": (("t", "u", "x" * 1000), ("t", "u", "x" * 999)),
+    "empty-vs-defaults": (("", "", "s"), ("default", "anonymous", "s")),
+    "empty-parts-shift": (("", "ab", "s"), ("a", "b", "s")),
+    "prefix-lookalike": (("kv:v1:t", "u", "s"), ("t", "u", "s")),
+}
+
+
+def _pair(name: str) -> tuple[MemoryKey, MemoryKey]:
+    """The named pair, each made unique to this run so shared storage never sees a rerun."""
+    run = uuid.uuid4().hex[:12]
+    first, second = ADVERSARIAL_KEYS[name]
+    return MemoryKey(*first[:2], first[2] + run), MemoryKey(*second[:2], second[2] + run)
 
 
 def _marker_free(view: Any, marker: str) -> bool:
     return marker not in json.dumps(view, ensure_ascii=False)
 
 
+def _sees(view: Any, marker: str) -> bool:
+    return not _marker_free(view, marker)
+
+
 @req("KEY-001")
-@pytest.mark.parametrize("strategy", ["truncation", "rolling_summary"])
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        pytest.param("truncation", marks=pytest.mark.stm_capability("truncation")),
+        pytest.param("rolling_summary", marks=pytest.mark.stm_capability("rolling_summary")),
+    ],
+)
 async def test_state_of_one_key_is_invisible_through_another(make_memory, strategy):
     cfg = config(strategy, full_zone_turns=1)
     a = await make_memory(cfg, key=MemoryKey("tenant-a", "user", "session"))
@@ -46,46 +72,68 @@ async def test_state_of_one_key_is_invisible_through_another(make_memory, strate
     assert b.health.value == "healthy"
 
 
-@req("KEY-001", "KEY-002")
-@pytest.mark.parametrize("pair", ADVERSARIAL_KEYS, ids=lambda p: f"{p[0].composite()[:12]}")
-async def test_adversarial_keys_stay_apart(make_memory, pair):
-    first, second = pair
+@req("KEY-002")
+@cap("truncation")
+@pytest.mark.parametrize("name", list(ADVERSARIAL_KEYS))
+async def test_adversarial_keys_stay_apart(make_memory, name):
+    first, second = _pair(name)
     cfg = config("truncation", full_zone_turns=3)
     a = await make_memory(cfg, key=first)
-    await a.add_turn(turn(1, pad=3))
     b = await make_memory(cfg, key=second)
-    assert _marker_free(await memory_view(b), "u1xxx"), f"{second!r} sees the turns of {first!r}"
+    await a.add_turn(turn(1, pad=3))  # marker u1xxx
+    await b.add_turn(turn(2, pad=4))  # marker u2xxxx
+    view_a, view_b = await memory_view(a), await memory_view(b)
+    assert _marker_free(view_b, "u1xxx"), f"KEY-002: {second!r} sees the turns of {first!r}"
+    assert _marker_free(view_a, "u2xxxx"), f"KEY-002: {first!r} sees the turns of {second!r}"
+    assert _sees(view_a, "u1xxx") and _sees(view_b, "u2xxxx"), (
+        f"KEY-002: a memory lost its own turn next to its twin key: {view_a} / {view_b}"
+    )
 
 
 @req("KEY-002")
-def test_storage_key_is_injective_or_rejected():
-    seen: dict[str, MemoryKey] = {}
-    for pair in ADVERSARIAL_KEYS:
-        for key in pair:
-            composite = key.composite()
-            other = seen.setdefault(composite, key)
-            assert other == key, f"{other!r} and {key!r} share storage key {composite!r}"
-    with pytest.raises(ValueError):
-        MemoryKey("t", "u", "\ud800")
-    with pytest.raises(TypeError):
-        MemoryKey("t", "u", 42)  # type: ignore[arg-type]
+@cap("persistence")
+@cap("truncation")
+@pytest.mark.parametrize("name", list(ADVERSARIAL_KEYS))
+async def test_storage_keys_are_injective_through_one_store(
+    make_memory, stm_provider, stm_store, name
+):
+    first, second = _pair(name)
+    storage = [stm_provider.key_for_storage(k) for k in (first, second)]
+    assert all(isinstance(k, str) for k in storage), f"KEY-002: storage keys {storage!r}"
+    assert storage[0] != storage[1], (
+        f"KEY-002: {first!r} and {second!r} share the storage key {storage[0]!r}"
+    )
+    cfg = config("truncation", full_zone_turns=3)
+    for i, (key, where) in enumerate(zip((first, second), storage, strict=True)):
+        memory = await make_memory(cfg, key=key)
+        await memory.add_turn(turn(i, pad=5 + i))
+        await memory.persist(stm_store, where)
+    for i, (key, where) in enumerate(zip((first, second), storage, strict=True)):
+        fresh = await make_memory(cfg, key=key)
+        await fresh.hydrate(stm_store, where)
+        view = await memory_view(fresh)
+        own, other = f"u{i}" + "x" * (5 + i), f"u{1 - i}" + "x" * (6 - i)
+        assert _marker_free(view, other), f"KEY-002: {key!r} hydrated its twin's turns: {view}"
+        assert _sees(view, own), f"KEY-002: {key!r} did not get its own state back: {view}"
 
 
 @req("KEY-001")
 @cap("persistence")
-async def test_shared_store_keeps_keys_apart(make_memory, stm_store):
+@pytest.mark.stm_capability("truncation")
+async def test_shared_store_keeps_keys_apart(make_memory, stm_provider, stm_store):
     cfg = config("truncation", full_zone_turns=3)
-    key_a, key_b = ADVERSARIAL_KEYS[0]
+    key_a, key_b = MemoryKey("tenant-a", "u", "s"), MemoryKey("tenant-b", "u", "s")
     a = await make_memory(cfg, key=key_a)
     await a.add_turn(turn(7, pad=4))
-    await a.persist(stm_store, key_a.composite())
+    await a.persist(stm_store, stm_provider.key_for_storage(key_a))
     b = await make_memory(cfg, key=key_b)
-    await b.hydrate(stm_store, key_b.composite())
+    await b.hydrate(stm_store, stm_provider.key_for_storage(key_b))
     assert _marker_free(await memory_view(b), "u7xxxx"), "hydrate loaded another key's state"
 
 
 @req("KEY-007")
 @cap("serialization")
+@pytest.mark.stm_capability("truncation")
 async def test_from_dict_refuses_another_keys_state(make_memory):
     cfg = config("truncation", full_zone_turns=3)
     a = await make_memory(cfg, key=MemoryKey("t", "u", "a"))
@@ -99,17 +147,19 @@ async def test_from_dict_refuses_another_keys_state(make_memory):
 
 @req("KEY-007")
 @cap("persistence")
-async def test_hydrate_refuses_state_saved_under_another_key(make_memory, stm_store):
+@pytest.mark.stm_capability("truncation")
+async def test_hydrate_refuses_state_saved_under_another_key(make_memory, stm_provider, stm_store):
     cfg = config("truncation", full_zone_turns=3)
     key_a, key_b = MemoryKey("t", "u", "a"), MemoryKey("t", "u", "b")
+    where_a, where_b = stm_provider.key_for_storage(key_a), stm_provider.key_for_storage(key_b)
     a = await make_memory(cfg, key=key_a)
     await a.add_turn(turn(3, pad=6))
-    await a.persist(stm_store, key_a.composite())
+    await a.persist(stm_store, where_a)
     # A mis-routed record: A's state stored under B's storage key.
-    stolen = await stm_store.load_memory_state(key_a.composite())
-    await stm_store.save_memory_state(key_b.composite(), stolen)
+    stolen = await stm_store.load_memory_state(where_a)
+    await stm_store.save_memory_state(where_b, stolen)
     b = await make_memory(cfg, key=key_b)
-    await b.hydrate(stm_store, key_b.composite())
+    await b.hydrate(stm_store, where_b)
     assert _marker_free(await memory_view(b), "u3xxxxxx"), "hydrate grafted another key's state"
 
 

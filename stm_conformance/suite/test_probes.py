@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from reference_impl.types import MemoryIsolation, MemoryKey
 from stm_conformance import RecordingCallbacks
 from stm_conformance.checks import config, memory_view, turn, users
+from stm_conformance.contract import MemoryIsolation, MemoryKey
 
 req = pytest.mark.stm_requirement
 
@@ -40,6 +40,7 @@ async def test_probe_rolling_summary(make_memory, scripted_summarizer):
 @probe("serialization")
 @pytest.mark.stm_capability("serialization")
 @req("SER-002")
+@pytest.mark.stm_capability("truncation")
 async def test_probe_serialization(make_memory):
     cfg = config("truncation", full_zone_turns=2)
     key = MemoryKey("probe", "user", "serialize")
@@ -53,20 +54,22 @@ async def test_probe_serialization(make_memory):
 @probe("persistence")
 @pytest.mark.stm_capability("persistence")
 @req("SER-005")
-async def test_probe_persistence(make_memory, stm_store):
+@pytest.mark.stm_capability("truncation")
+async def test_probe_persistence(make_memory, stm_provider, stm_store):
     key = MemoryKey("probe", "user", "persist")
     cfg = config("truncation", full_zone_turns=2)
     memory = await make_memory(cfg, key=key)
     await memory.add_turn(turn(1))
-    await memory.persist(stm_store, key.composite())
+    await memory.persist(stm_store, stm_provider.key_for_storage(key))
     fresh = await make_memory(cfg, key=key)
-    await fresh.hydrate(stm_store, key.composite())
+    await fresh.hydrate(stm_store, stm_provider.key_for_storage(key))
     assert users((await memory_view(fresh))["recent_turns"]) == ["u1"]
 
 
 @probe("callbacks")
 @pytest.mark.stm_capability("callbacks")
 @req("CB-001")
+@pytest.mark.stm_capability("truncation")
 async def test_probe_callbacks(make_memory):
     calls = RecordingCallbacks()
     memory = await make_memory(config("truncation", full_zone_turns=2, **calls.config_kwargs()))
@@ -87,6 +90,7 @@ def test_probe_key_resolution(stm_provider):
 @probe("shared_state")
 @pytest.mark.stm_capability("shared_state")
 @req("CON-002")
+@pytest.mark.stm_capability("truncation")
 async def test_probe_shared_state(make_memory, make_peer):
     key = MemoryKey("probe", "user", "shared")
     cfg = config("truncation", full_zone_turns=3)

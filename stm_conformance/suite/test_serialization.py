@@ -11,14 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reference_impl.types import (
+from stm_conformance import ScriptedSummarizer
+from stm_conformance.checks import config, memory_view, turn
+from stm_conformance.contract import (
     MemoryBudget,
     MemoryKey,
     ShortTermMemoryConfig,
     default_token_estimator,
 )
-from stm_conformance import ScriptedSummarizer
-from stm_conformance.checks import config, memory_view, turn
 
 req = pytest.mark.stm_requirement
 cap = pytest.mark.stm_capability
@@ -55,6 +55,7 @@ async def _drive(memory: Any, summarizer: ScriptedSummarizer, ops: list[str]) ->
 
 
 @req("SER-001")
+@pytest.mark.stm_capability("rolling_summary")
 async def test_to_dict_is_versioned_json(make_memory, scripted_summarizer):
     memory = await make_memory(config(full_zone_turns=1), summarizer=scripted_summarizer)
     await memory.add_turn(turn(1, digest=True))
@@ -122,6 +123,7 @@ def _mutations(valid: dict[str, Any]) -> st.SearchStrategy[Any]:
 
 
 @req("SER-003")
+@pytest.mark.stm_capability("rolling_summary")
 async def test_malformed_input_raises_value_error_and_changes_nothing(
     make_memory, scripted_summarizer
 ):
@@ -267,8 +269,9 @@ async def test_penguiflow_v1_states_load(make_memory, stm_capabilities, name):
 
 @req("SER-005", "SER-002")
 @cap("persistence")
+@pytest.mark.stm_capability("rolling_summary")
 async def test_persist_then_hydrate_into_a_fresh_memory(
-    make_memory, scripted_summarizer, stm_store
+    make_memory, scripted_summarizer, stm_provider, stm_store
 ):
     key = MemoryKey("t", "u", "persisted")
     cfg = config(full_zone_turns=2)
@@ -276,14 +279,15 @@ async def test_persist_then_hydrate_into_a_fresh_memory(
     for i in range(5):
         await memory.add_turn(turn(i, digest=True))
     await memory.flush()
-    await memory.persist(stm_store, key.composite())
+    await memory.persist(stm_store, stm_provider.key_for_storage(key))
     fresh = await make_memory(cfg, key=key, summarizer=ScriptedSummarizer())
-    await fresh.hydrate(stm_store, key.composite())
+    await fresh.hydrate(stm_store, stm_provider.key_for_storage(key))
     assert await _observe(fresh) == await _observe(memory)
 
 
 @req("SER-005")
 @cap("persistence")
+@pytest.mark.stm_capability("truncation")
 async def test_hydrate_of_an_absent_key_changes_nothing(make_memory, stm_store):
     memory = await make_memory(config("truncation", full_zone_turns=2))
     await memory.add_turn(turn(1))
@@ -294,17 +298,20 @@ async def test_hydrate_of_an_absent_key_changes_nothing(make_memory, stm_store):
 
 @req("SER-006")
 @cap("persistence")
-async def test_each_persist_carries_the_next_revision(make_memory, stm_store):
+@pytest.mark.stm_capability("truncation")
+async def test_each_persist_carries_the_next_revision(make_memory, stm_provider, stm_store):
     key = MemoryKey("t", "u", "revisions")
     memory = await make_memory(config("truncation", full_zone_turns=2), key=key)
     revisions = []
     for i in range(3):
         await memory.add_turn(turn(i))
-        await memory.persist(stm_store, key.composite())
-        revisions.append((await stm_store.load_memory_state(key.composite())).get("revision"))
+        await memory.persist(stm_store, stm_provider.key_for_storage(key))
+        revisions.append(
+            (await stm_store.load_memory_state(stm_provider.key_for_storage(key))).get("revision")
+        )
     assert revisions == [revisions[0], revisions[0] + 1, revisions[0] + 2], revisions
     fresh = await make_memory(config("truncation", full_zone_turns=2), key=key)
-    await fresh.hydrate(stm_store, key.composite())
-    await fresh.persist(stm_store, key.composite())
-    stored = await stm_store.load_memory_state(key.composite())
+    await fresh.hydrate(stm_store, stm_provider.key_for_storage(key))
+    await fresh.persist(stm_store, stm_provider.key_for_storage(key))
+    stored = await stm_store.load_memory_state(stm_provider.key_for_storage(key))
     assert stored["revision"] == revisions[-1] + 1, "hydrated revision + 1"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reference_impl.types import default_token_estimator
 from stm_conformance.checks import canonical_json, config, memory_view, turn, turn_json, users
+from stm_conformance.contract import default_token_estimator
 
 req = pytest.mark.stm_requirement
 cap = pytest.mark.stm_capability
