@@ -19,6 +19,7 @@ from .contract import (
     TrajectoryDigest,
     canonical_json,
 )
+from .model import render_turn
 
 __all__ = [
     "canonical_json",
@@ -45,21 +46,8 @@ def turn(i: int, *, pad: int = 0, digest: bool = False) -> ConversationTurn:
 
 
 def turn_json(t: ConversationTurn, *, include_digest: bool = True) -> dict[str, Any]:
-    """How the spec renders a turn (STR-004).
-
-    Written out here rather than imported from ``reference_impl``: the kit states what the
-    spec says independently, so a rendering bug in the reference cannot hide itself.
-    """
-    out: dict[str, Any] = {"user": t.user_message, "assistant": t.assistant_response}
-    d = t.trajectory_digest
-    if include_digest and d is not None:
-        out["trajectory_digest"] = {
-            "tools_invoked": list(d.tools_invoked),
-            "observations_summary": d.observations_summary,
-            "reasoning_summary": d.reasoning_summary,
-            "artifacts_refs": list(d.artifacts_refs),
-        }
-    return out
+    """How the spec renders a turn (STR-004); the kit's model states it, not a backend."""
+    return render_turn(t, include_digest=include_digest)
 
 
 def config(

@@ -31,6 +31,7 @@ __all__ = [
     "scripted_summarizer",
     "stm_capabilities",
     "stm_provider",
+    "stm_seed",
     "stm_store",
 ]
 
@@ -107,6 +108,15 @@ def anyio_backend() -> str:
 def stm_provider(pytestconfig: pytest.Config) -> Provider:
     """The provider of the backend under test."""
     return active_backend(pytestconfig).provider
+
+
+@pytest.fixture(scope="session")
+def stm_seed(pytestconfig: pytest.Config) -> int | None:
+    """The run's seed (``--stm-seed``); ``None`` when the profile is derandomized."""
+    from ._session import PLUGIN_NAME
+
+    plugin = pytestconfig.pluginmanager.get_plugin(PLUGIN_NAME)
+    return getattr(plugin, "seed", None)
 
 
 @pytest.fixture(scope="session")

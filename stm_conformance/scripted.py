@@ -48,17 +48,27 @@ class ScriptedSummarizer:
     last ``max_chars`` characters.
     """
 
-    def __init__(self, *, max_chars: int = 400, oversize_chars: int = 100_000) -> None:
+    def __init__(
+        self,
+        *,
+        max_chars: int = 400,
+        oversize_chars: int = 100_000,
+        decide_on_release: bool = False,
+    ) -> None:
         """Create a summarizer that succeeds until told otherwise.
 
         Args:
             max_chars: longest summary returned by a succeeding call (keeps the newest text).
             oversize_chars: length of the summary returned in ``oversize`` mode.
+            decide_on_release: a held call takes its outcome (succeed or a failure mode)
+                when it is released, not when it starts; for drivers that script outcomes
+                per step while calls may already be waiting.
         """
         if max_chars <= 0 or oversize_chars <= 0:
             raise ValueError("max_chars and oversize_chars must be > 0")
         self.max_chars = max_chars
         self.oversize_chars = oversize_chars
+        self.decide_on_release = decide_on_release
         #: Deep copies of the payloads received, in call order (recorded when a call starts).
         self.calls: list[dict[str, Any]] = []
         #: ``time.monotonic()`` at the start of each call, aligned with :attr:`calls`.
@@ -131,16 +141,21 @@ class ScriptedSummarizer:
         self.calls.append(recorded)
         self.call_times.append(time.monotonic())
         self.outputs.append(None)
-        mode = self._queued.popleft() if self._queued else self._always
+        mode = None if self.decide_on_release else self._next_mode()
         self._called.notify()
         while self._held:
             await self._released.wait()
+        if self.decide_on_release:
+            mode = self._next_mode()
         if mode is not None:
             return await self._fail(mode)
         summary = self.summary_for(payload)
         self.outputs[index] = summary
         self.completed += 1
         return {"summary": summary}
+
+    def _next_mode(self) -> FailureMode | None:
+        return self._queued.popleft() if self._queued else self._always
 
     def summary_for(self, payload: Any) -> str:
         """The summary a succeeding call returns for ``payload``."""

@@ -1,46 +1,88 @@
-"""A differential state machine: the backend under test and the reference, side by side.
+"""The differential check: a backend driven by random operations, judged by the kit's model.
 
-``MemoryDifferential`` drives two memories with the same operations and the same scripted
-summarizer behaviour and, after every step, requires the same view, health and token count.
+:class:`MemoryDifferential` applies each operation to the backend and to
+:class:`~stm_conformance.model.SpecModel` (the spec as a small executable model, never
+another backend) and, after every step, compares what a caller sees: the view, ``health``
+and ``estimate_tokens()``. The first difference is blamed on one requirement, found from
+where the model holds the turns involved and which rule put them there.
 
 Model assumptions (what a backend may differ on without failing):
 
-- Summarizers are *held* between steps: a background call may start at any time, but it
-  completes only inside the ``summarize``, ``fail_round`` and ``recover`` steps, which run
-  both memories to quiescence (``flush()`` or a recovered health) before comparing.
-- While degraded, summarizers are released only by ``recover``: recovery attempts are
-  driven by a timer, so releasing them elsewhere would let one memory recover and not the
-  other depending on scheduling, not on behaviour.
-- DEGRADED and RECOVERING compare equal: when a recovery attempt starts is timing, and both
-  states show the same view (recent turns only).
-- ``restore`` (with capability ``serialization``) round-trips each memory through its own
-  ``to_dict()``; formats are never compared across the two.
+- Summarizer calls are *held* between steps: a call may start at any time, but it completes
+  only inside the ``summarize``, ``fail_round`` and ``recover`` steps, which run the backend
+  to rest (``flush()``, or HEALTHY after a recovery) before comparing. How a backend splits
+  pending turns into calls is free: the scripted summary is a concatenation, so any split
+  gives the same text.
+- DEGRADED and RECOVERING compare equal (when a recovery attempt starts is timing) and the
+  backlog never overflows here (``recovery_backlog_limit`` exceeds the run length), so the
+  turns a recovery covers do not depend on when it started. Overflow is checked elsewhere.
+- ``restore`` (with capability ``serialization``) round-trips the backend through its own
+  ``to_dict()``/``from_dict()``; the model is unchanged by it (SER-002).
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
-import time
+import uuid
+from collections.abc import Awaitable, Coroutine, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
-from reference_impl.memory import DefaultShortTermMemory
-from reference_impl.types import MemoryKey, ShortTermMemoryConfig
-
-from .checks import config, turn
+from .checks import config
+from .contract import (
+    ConversationTurn,
+    MemoryKey,
+    ShortTermMemoryConfig,
+    TrajectoryDigest,
+    canonical_json,
+)
+from .model import ModelTurn, SpecModel
 from .provider import Provider
 from .scripted import ScriptedSummarizer
 
-__all__ = ["MemoryDifferential", "differential_config"]
+__all__ = [
+    "DIFFERENTIAL_CONFIGS",
+    "Divergence",
+    "MemoryDifferential",
+    "differential_config",
+    "requirement_of",
+]
 
-_DEGRADED_FAMILY = {"degraded", "recovering"}
+#: How long one backend operation may take inside the differential. Summarizer calls are
+#: instant once released, so anything slower is waiting for something that never comes.
+STEP_TIMEOUT_S = 2.0
+#: Longest summary the scripted summarizer returns (well within ``summary_max_tokens``).
+SUMMARY_CHARS = 200
+
+_DEGRADED_FAMILY = frozenset({"degraded", "recovering"})
+
+
+class Divergence(AssertionError):
+    """The backend differs from the model; the message starts with the requirement ID."""
+
+    def __init__(self, requirement: str, message: str) -> None:
+        super().__init__(f"{requirement}: {message}")
+        self.requirement = requirement
+
+
+def requirement_of(error: BaseException) -> str | None:
+    """The requirement a :class:`Divergence` (or a step timeout) blames, if any."""
+    return getattr(error, "requirement", None)
 
 
 def differential_config(**overrides: Any) -> ShortTermMemoryConfig:
-    """The configuration the differential machine runs with unless a subclass overrides it."""
+    """The base configuration of the differential, before the drawn variation."""
     params: dict[str, Any] = {
         "full_zone_turns": 2,
         "total_max_tokens": 160,
@@ -48,134 +90,444 @@ def differential_config(**overrides: Any) -> ShortTermMemoryConfig:
         "retry_attempts": 1,
         "retry_backoff_base_s": 0.001,
         "degraded_retry_interval_s": 0.005,
-        "recovery_backlog_limit": 4,
+        "recovery_backlog_limit": 256,
     }
     params.update(overrides)
     return config("rolling_summary", **params)
 
 
+#: The configurations a run draws from: both truncate policies, windows of 0, 1 and 2
+#: turns, with and without a token limit, digests rendered or not.
+DIFFERENTIAL_CONFIGS: tuple[dict[str, Any], ...] = (
+    {},
+    {"overflow_policy": "truncate_summary"},
+    {"full_zone_turns": 0, "total_max_tokens": 120},
+    {"full_zone_turns": 1, "include_trajectory_digest": False},
+    {"total_max_tokens": 0, "overflow_policy": "truncate_summary"},
+    {"full_zone_turns": 1, "total_max_tokens": 400, "overflow_policy": "truncate_summary"},
+)
+
+# Unfriendly text: non-ASCII, astral-plane, quotes and backslashes that JSON escapes, and
+# empty strings. No newline in user text: summary lines are ``user:<text>``.
+_USER_PAD = st.text(st.sampled_from(["x", "é", "🦜", '"', "\\", " ", "\t", "\u2028"]), max_size=40)
+_ASSISTANT = st.text(st.sampled_from(["a", "ß", "\U0001d518", "\n", "}", "'"]), max_size=30)
+_DIGEST = st.none() | st.builds(
+    TrajectoryDigest,
+    tools_invoked=st.lists(st.sampled_from(["search", "café", "📎"]), max_size=2),
+    observations_summary=st.sampled_from(["", "obs", "résumé"]),
+    reasoning_summary=st.none() | st.just("why"),
+    artifacts_refs=st.lists(st.just("ref-1"), max_size=1),
+)
+
+
+@dataclass
+class _Step:
+    """What the current step did, for blaming a difference found after it."""
+
+    name: str
+    #: The requirement that decides health after this step.
+    health_rule: str = "HLT-008"
+    #: Pending turns (by user text) that no call had been sent when calls were released:
+    #: evicted while a call ran, they must survive its install (WM-003).
+    unsent: set[str] = field(default_factory=set)
+    #: A backend operation that did not return: (requirement, message).
+    timeout: tuple[str, str] | None = None
+    #: An illegal summarizer call the backend made: (requirement, message).
+    problem: tuple[str, str] | None = None
+
+
+class _StepTimeout(Exception):
+    def __init__(self, what: str, stack: str) -> None:
+        super().__init__(what)
+        self.what, self.stack = what, stack
+
+
 class MemoryDifferential(RuleBasedStateMachine):
-    """Subclass with ``provider`` (and optionally ``memory_config``) set, then run it with
+    """Subclass with ``provider`` set, then run it with
     ``hypothesis.stateful.run_state_machine_as_test``."""
 
     provider: ClassVar[Provider]
-    memory_config: ClassVar[ShortTermMemoryConfig | None] = None
     serialization: ClassVar[bool] = True
+    #: Run with exactly this configuration instead of drawing one of DIFFERENTIAL_CONFIGS.
+    memory_config: ClassVar[ShortTermMemoryConfig | None] = None
 
     def __init__(self) -> None:
         super().__init__()
-        self.cfg = self.memory_config or differential_config()
-        self.key = MemoryKey("differential", "user", "session")
         self.runner = asyncio.Runner()
-        self.sut_summarizer = ScriptedSummarizer(max_chars=200)
-        self.ref_summarizer = ScriptedSummarizer(max_chars=200)
-        for s in (self.sut_summarizer, self.ref_summarizer):
-            s.hold()
-        self.sut: Any = self._run(self.provider.create(self.cfg, self.key, self.sut_summarizer))
-        self.ref = DefaultShortTermMemory(
-            config=self.cfg, summarizer=self.ref_summarizer, key=self.key
-        )
+        self.key = MemoryKey("stm-conformance", "differential", uuid.uuid4().hex)
+        self.summarizer = ScriptedSummarizer(max_chars=SUMMARY_CHARS, decide_on_release=True)
+        self.summarizer.hold()
+        self.sut: Any = None
+        self.model: SpecModel | None = None
+        self.step = _Step("start")
+        #: Index of the first summarizer call made since calls were last held.
+        self.held_from = 0
+        #: Summarizer calls already fed to the model.
+        self.replayed = 0
+        #: The model's summary when each call started, for calls that started during a step
+        #: with no install in it (a call starting right after an install is sent that one).
+        self.started_with: dict[int, str] = {}
         self.turns = 0
+        #: What happened, for failure messages (hypothesis also prints its own steps).
+        self.history: list[str] = []
 
-    def _run(self, coro: Any) -> Any:
-        return self.runner.run(coro)
+    # -- plumbing ------------------------------------------------------------------------
 
-    def _both(self, method: str) -> None:
-        async def go() -> None:
-            await getattr(self.sut, method)()
-            await getattr(self.ref, method)()
+    def _run(self, awaitable: Awaitable[Any]) -> Any:
+        async def wrap() -> Any:
+            return await awaitable
 
-        self._run(go())
+        return self.runner.run(wrap())
 
-    def _summarizers(self, action: str, *args: Any) -> None:
-        for s in (self.sut_summarizer, self.ref_summarizer):
-            getattr(s, action)(*args)
+    def _bounded(self, coro: Coroutine[Any, Any, Any], what: str) -> Any:
+        """Run one backend operation; raise :class:`_StepTimeout` (with the operation's
+        stack) if it does not finish within :data:`STEP_TIMEOUT_S`."""
 
-    @rule(pad=st.integers(0, 40), digest=st.booleans())
-    def add(self, pad: int, digest: bool) -> None:
-        t = turn(self.turns, pad=pad, digest=digest)
+        async def go() -> Any:
+            task = asyncio.ensure_future(coro)
+            done, _ = await asyncio.wait({task}, timeout=STEP_TIMEOUT_S)
+            if task in done:
+                return task.result()
+            stack = _task_stack(task)
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.5)
+            raise _StepTimeout(what, stack)
+
+        return self._run(go())
+
+    def _note_call_starts(self) -> None:
+        assert self.model is not None
+        for index in range(len(self.summarizer.calls)):
+            self.started_with.setdefault(index, self.model.summary)
+
+    def _hold(self) -> None:
+        self.summarizer.succeed()
+        self.summarizer.hold()
+        self.held_from = len(self.summarizer.calls)
+
+    def _sent_while_held(self) -> set[str]:
+        return {
+            str(t.get("user"))
+            for call in self.summarizer.calls[self.held_from :]
+            for t in call.get("turns") or []
+            if isinstance(t, Mapping)
+        }
+
+    def _replay(self) -> None:
+        """Feed the model every summarizer call that succeeded since the last replay, in
+        call order; the first illegal one is this step's finding."""
+        assert self.model is not None
+        calls, outputs = self.summarizer.calls, self.summarizer.outputs
+        while self.replayed < len(calls):
+            index = self.replayed
+            if outputs[index] is None:
+                if index < len(calls) - 1 or not self.summarizer.held:
+                    self.replayed += 1  # failed or cancelled: nothing to install
+                    continue
+                return  # still running (held)
+            self.replayed += 1
+            problem = self.model.check_call(calls[index], self.started_with.get(index))
+            if problem is not None:
+                self.step.problem = self.step.problem or problem
+                return
+            self.model.install(calls[index], str(outputs[index]))
+
+    def _settle(self, requirement: str, what: str) -> None:
+        """Release calls and flush until the backend rests: the model has nothing pending
+        (each flush covers what was pending when it started) or a flush stops returning."""
+        assert self.model is not None
+        self.summarizer.release()
+        for _ in range(8):
+            try:
+                self._bounded(self.sut.flush(), what)
+            except _StepTimeout as exc:
+                self.step.timeout = (requirement, f"{exc.what}\n{exc.stack}")
+                return
+            self._replay()
+            if self.step.problem or not self.model.pending or self.model.degraded:
+                return
+
+    # -- rules ---------------------------------------------------------------------------
+
+    @initialize(variant=st.sampled_from(DIFFERENTIAL_CONFIGS))
+    def create(self, variant: dict[str, Any]) -> None:
+        cfg = self.memory_config or differential_config(**variant)
+        self.model = SpecModel(cfg)
+        self.history.append(f"create({variant})")
+        self.sut = self._run(self.provider.create(cfg, self.key, self.summarizer))
+
+    @rule(pad=_USER_PAD, assistant=_ASSISTANT, digest=_DIGEST)
+    def add(self, pad: str, assistant: str, digest: TrajectoryDigest | None) -> None:
+        assert self.model is not None
+        user = f"u{self.turns}:{pad}"
         self.turns += 1
+        t = ConversationTurn(user, assistant, digest)
+        self.step = _Step("add_turn", health_rule="HLT-008")
+        self.history.append(f"add({user!r})")
+        self.model.add(t)
 
         async def go() -> None:
             await self.sut.add_turn(t)
-            await self.ref.add_turn(t)
-            await asyncio.sleep(0)
-
-        self._run(go())
-
-    @precondition(lambda self: self.ref.health.value not in _DEGRADED_FAMILY)
-    @rule()
-    def summarize(self) -> None:
-        self._summarizers("release")
-        self._both("flush")
-        self._summarizers("hold")
-
-    @precondition(lambda self: self.ref.health.value not in _DEGRADED_FAMILY)
-    @rule()
-    def fail_round(self) -> None:
-        self._summarizers("fail_always", "raise")
-        self._summarizers("release")
-        self._both("flush")
-        self._summarizers("succeed")
-        self._summarizers("hold")
-
-    @precondition(lambda self: self.ref.health.value in _DEGRADED_FAMILY)
-    @rule()
-    def recover(self) -> None:
-        if not self.ref.to_dict()["backlog"]:
-            return  # nothing to recover with: both stay degraded
-        self._summarizers("release")
-
-        async def settle() -> None:
-            deadline = time.monotonic() + 5.0
-            while time.monotonic() < deadline:
-                if "healthy" == self.ref.health.value == self.sut.health.value:
-                    return
-                await asyncio.sleep(0.002)
-
-        self._run(settle())
-        self._summarizers("hold")
-
-    @precondition(lambda self: self.serialization)
-    @rule()
-    def restore(self) -> None:
-        async def go() -> None:
-            sut_state = json.loads(json.dumps(self.sut.to_dict()))
-            ref_state = json.loads(json.dumps(self.ref.to_dict()))
-            new_sut = await self.provider.create(self.cfg, self.key, self.sut_summarizer)
-            new_sut.from_dict(sut_state)
-            await self.provider.dispose(self.sut)
-            await self.ref.aclose()
-            self.sut = new_sut
-            self.ref = DefaultShortTermMemory(
-                config=self.cfg, summarizer=self.ref_summarizer, key=self.key
-            )
-            self.ref.from_dict(ref_state)
-
-        self._run(go())
-
-    @invariant()
-    def same_observable_state(self) -> None:
-        async def observe(memory: Any) -> tuple[str, str, int]:
-            view = json.dumps(dict(await memory.get_llm_context()), sort_keys=True)
-            health = memory.health.value
-            health = "degraded" if health in _DEGRADED_FAMILY else health
-            return view, health, memory.estimate_tokens()
-
-        async def go() -> tuple[Any, Any]:
-            return await observe(self.sut), await observe(self.ref)
-
-        sut, ref = self._run(go())
-        assert sut == ref, f"backend and reference differ:\n  backend:   {sut}\n  reference: {ref}"
-
-    def teardown(self) -> None:
-        self._summarizers("release")
-
-        async def go() -> None:
-            await self.provider.dispose(self.sut)
-            await self.ref.aclose()
+            await asyncio.sleep(0)  # let a summarizer call start (it is held)
 
         try:
-            self._run(go())
+            self._bounded(go(), "add_turn did not return while a summarizer call was held")
+        except _StepTimeout as exc:
+            self.step.timeout = ("WM-001", f"{exc.what}\n{exc.stack}")
+        self._note_call_starts()
+
+    @precondition(lambda self: self.model is not None and not self.model.degraded)
+    @rule()
+    def summarize(self) -> None:
+        assert self.model is not None
+        sent = self._sent_while_held()
+        unsent = {t.rendered["user"] for t in self.model.pending} - sent
+        self.step = _Step("summarize", health_rule="HLT-004", unsent=unsent)
+        self.history.append("summarize()")
+        try:
+            self._settle("WM-007", "flush() did not return although every call succeeded")
+        finally:
+            self._hold()
+        self._replay()
+
+    @precondition(lambda self: self.model is not None and not self.model.degraded)
+    @rule()
+    def fail_round(self) -> None:
+        assert self.model is not None
+        self.step = _Step("fail_round", health_rule="HLT-004")
+        self.history.append("fail_round()")
+        self.model.fail()
+        self.summarizer.fail_always("raise")
+        self.summarizer.release()
+        try:
+            self._bounded(
+                self.sut.flush(), "flush() did not return while every summarizer call failed"
+            )
+        except _StepTimeout as exc:
+            self.step.timeout = ("HLT-004", f"{exc.what}\n{exc.stack}")
+        finally:
+            self._hold()
+        self.replayed = len(self.summarizer.calls)  # every call of this round failed
+
+    @precondition(lambda self: self.model is not None and self.model.degraded)
+    @rule()
+    def recover(self) -> None:
+        assert self.model is not None
+        if not self.model.backlog:
+            return  # nothing to recover with: both stay degraded
+        self.step = _Step("recover", health_rule="HLT-006")
+        self.history.append("recover()")
+        self.summarizer.release()
+
+        async def healthy() -> None:
+            while self.sut.health.value != "healthy":  # noqa: ASYNC110 - polling a property
+                await asyncio.sleep(0.002)
+
+        try:
+            self._bounded(healthy(), "no recovery to HEALTHY although the summarizer succeeds")
+            self._replay()
+            self._settle("WM-007", "flush() did not return after recovery")
+        except _StepTimeout as exc:
+            self.step.timeout = ("HLT-006", exc.what)
+        finally:
+            self._hold()
+        self._replay()
+
+    @precondition(lambda self: self.serialization and self.model is not None)
+    @rule()
+    def restore(self) -> None:
+        assert self.model is not None
+        self.step = _Step("restore", health_rule="SER-002")
+        self.history.append("restore()")
+        state = json.loads(json.dumps(self.sut.to_dict()))
+        cfg = self.model.config
+
+        async def go() -> Any:
+            fresh = await self.provider.create(cfg, self.key, self.summarizer)
+            fresh.from_dict(state)
+            await self.provider.dispose(self.sut)
+            return fresh
+
+        self.sut = self._run(go())
+        self._note_call_starts()
+
+    # -- judging -------------------------------------------------------------------------
+
+    @invariant()
+    def agrees_with_the_model(self) -> None:
+        if self.model is None:
+            return
+
+        async def observe() -> tuple[Any, str, int]:
+            return (
+                dict(await self.sut.get_llm_context()),
+                str(self.sut.health.value),
+                self.sut.estimate_tokens(),
+            )
+
+        view, health, tokens = self._run(observe())
+        found = self.step.problem or diagnose(self.model, view, health, tokens, self.step)
+        if found is None and self.step.timeout is not None:
+            found = self.step.timeout
+        if found is not None:
+            requirement, message = found
+            raise Divergence(
+                requirement,
+                f"{message}\n  after: {' '.join(self.history[-12:])}"
+                f"\n  backend view: {canonical_json(view)}"
+                f"\n  spec view:    {canonical_json(self.model.view())}"
+                f"\n  backend health: {health}; spec: {self.model.health}",
+            )
+
+    def teardown(self) -> None:
+        self.summarizer.release()
+        try:
+            if self.sut is not None:
+                self._bounded(self.provider.dispose(self.sut), "closing the memory")
+        except _StepTimeout:
+            pass  # CON-003 is judged by its own check; the run still ends
         finally:
             self.runner.close()
+
+
+# -- attribution ----------------------------------------------------------------------------
+
+
+def diagnose(
+    model: SpecModel, view: Any, health: str, tokens: int, step: _Step
+) -> tuple[str, str] | None:
+    """The requirement the first difference between backend and model breaks, and why."""
+    try:
+        text = canonical_json(view)
+    except (TypeError, ValueError) as exc:
+        return "STR-003", f"get_llm_context() is not JSON data: {exc}"
+    expected_tokens = model.estimate(text)
+    if tokens != expected_tokens:
+        return "BUD-008", (
+            f"estimate_tokens() is {tokens}, the estimator on the view's canonical JSON gives "
+            f"{expected_tokens}"
+        )
+    limit = model.config.budget.total_max_tokens
+    if limit and tokens > limit:
+        return "BUD-001", f"the view has {tokens} tokens, over total_max_tokens={limit}"
+    inner = view.get("conversation_memory") if isinstance(view, Mapping) else None
+    if set(view) != {"conversation_memory"} or not isinstance(inner, Mapping):
+        return "STR-003", "the view is not {'conversation_memory': {...}}"
+    inner = dict(inner)
+    window = model.config.budget.full_zone_turns
+    if len(inner.get("recent_turns") or []) > window:
+        return "BUD-003", f"{len(inner['recent_turns'])} recent turns, full_zone_turns={window}"
+    seen = "degraded" if health in _DEGRADED_FAMILY else health
+    if seen != model.health:
+        return step.health_rule, f"health is {health!r} after {step.name}; the spec: {model.health}"
+    spec = model.view()["conversation_memory"]
+    if inner == spec:
+        return None
+    if model.degraded and {"summary", "pending_turns"} & set(inner):
+        return "HLT-004", "a DEGRADED memory must show recent turns only"
+    if set(inner) - {"summary", "pending_turns", "recent_turns"}:
+        return "STR-003", f"unexpected keys {sorted(set(inner) - set(spec))} in the view"
+    if inner.get("summary", "") != spec.get("summary", ""):
+        return _summary_difference(model, str(inner.get("summary", "")), step)
+    if inner.get("pending_turns", []) != spec.get("pending_turns", []):
+        return _pending_difference(model, inner, step)
+    return _recent_difference(model, inner)
+
+
+def _users(turns: Any) -> list[str]:
+    return [str(t.get("user")) if isinstance(t, Mapping) else repr(t) for t in turns or []]
+
+
+def _summary_users(summary: str) -> list[str]:
+    lines = summary.split("\n")
+    if len(summary) >= SUMMARY_CHARS:
+        lines = lines[1:]  # clipped to its newest text: the first line may be partial
+    return [line.removeprefix("user:") for line in lines if line.startswith("user:")]
+
+
+def _summary_difference(model: SpecModel, summary: str, step: _Step) -> tuple[str, str]:
+    expected = model.summary
+    if model.summary_size(summary) > model.config.budget.summary_max_tokens:
+        return "BUD-002", f"the summary has {model.summary_size(summary)} tokens"
+    trim_rule = (
+        "BUD-005" if model.config.budget.overflow_policy == "truncate_summary" else "BUD-004"
+    )
+    if expected.endswith(summary):
+        return trim_rule, "the summary was shortened more than the budget needs"
+    if summary.endswith(expected):
+        return trim_rule, "the summary was not shortened (newest text kept) as the budget needs"
+    got, want = _summary_users(summary), _summary_users(expected)
+    by_user = {t.rendered["user"]: t for t in model.turns}
+    missing = [u for u in want if u not in got]
+    lost = [by_user[u] for u in missing if u in by_user]
+    if any(t.was_hidden for t in lost):
+        return "WM-006", (
+            f"turns hidden by the budget never reached a summary (deleted, not hidden): "
+            f"{[t.rendered['user'] for t in lost if t.was_hidden]}"
+        )
+    if any(u in step.unsent for u in missing):
+        return "WM-003", (
+            f"turns evicted while a call ran were removed by its install and never summarized: "
+            f"{[u for u in missing if u in step.unsent]}"
+        )
+    return "WM-004", (
+        f"the summary covers turns {got}; each evicted turn must reach exactly one successful "
+        f"call, in order: {want}"
+    )
+
+
+def _pending_difference(model: SpecModel, inner: dict[str, Any], step: _Step) -> tuple[str, str]:
+    spec = model.view()["conversation_memory"]
+    got, want = _users(inner.get("pending_turns")), _users(spec.get("pending_turns"))
+    by_user: dict[str, ModelTurn] = {t.rendered["user"]: t for t in model.turns}
+    if got == want:
+        return "STR-004", "pending turns are rendered differently from the spec"
+    if sorted(got) == sorted(want):
+        return "WM-005", f"pending turns out of order: {got}, the spec: {want}"
+    for user in got:
+        if user in want:
+            continue
+        entry = by_user.get(user)
+        if entry is None:
+            return "STR-004", f"a pending turn the memory was never given: {user!r}"
+        rule = {
+            "summarized": "WM-003",
+            "recent": "WM-005",
+            "backlog": "HLT-004",
+            "dropped": "HLT-005" if model.rolling else "STR-002",
+        }.get(entry.place, "BUD-010")
+        return rule, f"{user!r} is shown as pending; the spec holds it as {entry.place}"
+    missing = [u for u in want if u not in got]
+    entry = by_user[missing[0]]
+    if missing[0] in _users(inner.get("recent_turns")):
+        return "BUD-003", f"{missing[0]!r} is still recent; the window evicted it"
+    if entry.was_hidden:
+        return "WM-006", f"{missing[0]!r} was hidden by the budget and is gone (deleted)"
+    if want[len(want) - len(got) :] == got:
+        return "BUD-010", (
+            f"visible pending {got}; the longest run of newest pending turns that fits is {want}"
+        )
+    return "WM-002", f"evicted turn {missing[0]!r} is not pending (lost before any summary)"
+
+
+def _recent_difference(model: SpecModel, inner: dict[str, Any]) -> tuple[str, str]:
+    spec = model.view()["conversation_memory"]
+    got, want = _users(inner.get("recent_turns")), _users(spec.get("recent_turns"))
+    by_user = {t.rendered["user"]: t for t in model.turns}
+    if got == want:
+        return "STR-004", "recent turns are rendered differently from the spec"
+    if sorted(got) == sorted(want):
+        return "WM-005", f"recent turns out of order: {got}, the spec: {want}"
+    extra = [u for u in got if u not in want]
+    if extra and extra[0] in by_user:
+        return by_user[extra[0]].evicted_by or "BUD-003", (
+            f"{extra[0]!r} is still recent; the spec evicted it"
+        )
+    missing = [u for u in want if u not in got]
+    return "BUD-004", f"{missing[0]!r} was evicted from recent although the view fits"
+
+
+def _task_stack(task: asyncio.Task[Any]) -> str:
+    out = io.StringIO()
+    task.print_stack(limit=12, file=out)
+    return out.getvalue()
