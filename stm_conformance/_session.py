@@ -24,7 +24,7 @@ from ._determinism import apply_profile, choose_profile, choose_seed, seed_check
 from .capabilities import CAPABILITIES, skip_reason, undeclared
 from .plugin import SUITE_DIR
 from .provider import Provider, ProviderError, load_provider
-from .report import Results, RunInfo, prefix_failure, properties_for
+from .report import PROP_BLAMED, Results, RunInfo, blame, prefix_failure, properties_for
 from .requirements import Spec, load_spec
 from .xfail import XfailEntry, XfailFileError, load_xfail_file, matching_entries
 
@@ -62,6 +62,8 @@ class ActiveBackend:
 _BACKEND = pytest.StashKey[ActiveBackend]()
 _PROBLEM = pytest.StashKey[str]()
 _HEADLINES = pytest.StashKey[list[str]]()
+#: The requirement IDs an xfail entry expects a check to fail on; ``None``: any failure.
+_XFAIL_IDS = pytest.StashKey[frozenset[str] | None]()
 
 
 def active_backend(config: pytest.Config) -> ActiveBackend:
@@ -197,6 +199,10 @@ class SessionPlugin:
             used.update(entries)
             if entries:
                 item.add_marker(pytest.mark.xfail(strict=True, reason=entries[0].marker_reason()))
+                by_id = all(entry.is_requirement for entry in entries)
+                item.stash[_XFAIL_IDS] = (
+                    frozenset(entry.selector for entry in entries) if by_id else None
+                )
             item.user_properties.extend(
                 properties_for(
                     requirements,
@@ -255,12 +261,25 @@ class SessionPlugin:
             if wrap:
                 pyfuncitem.obj = original
 
-    @pytest.hookimpl(wrapper=True)
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-        """Start each failure of a check with its requirement IDs and their text."""
+        """Start each failure of a check with its requirement IDs and their text.
+
+        An expected failure listed by requirement ID holds only when the check fails on
+        that requirement: failing on another one is a failure (it is not what was expected).
+        """
         report = yield
+        if getattr(report, "wasxfail", None) is not None and call.excinfo is not None:
+            requirements = _marker_args(item, "stm_requirement")
+            blamed = blame(call.excinfo.exconly(), requirements, self.spec)
+            report.user_properties.append((PROP_BLAMED, blamed or ""))
+            expected = item.stash.get(_XFAIL_IDS, None)
+            if expected is not None and blamed not in expected:
+                del report.wasxfail
+                report.outcome = "failed"
+                report.longrepr = item.repr_failure(call.excinfo)
         headlines = item.stash.get(_HEADLINES, None)
         if report.failed and headlines:
             prefix_failure(report, headlines)

@@ -25,6 +25,7 @@ __all__ = [
     "LevelResult",
     "Results",
     "RunInfo",
+    "blame",
     "prefix_failure",
     "properties_for",
 ]
@@ -33,8 +34,8 @@ __all__ = [
 REPORT_VERSION = 1
 
 Outcome = Literal["passed", "failed", "skipped", "xfailed"]
-Status = Literal["pass", "fail", "skip", "xfail", "untested"]
-_STATUSES: tuple[str, ...] = ("pass", "fail", "xfail", "skip", "untested")
+Status = Literal["pass", "fail", "xfail", "inconclusive", "skip", "untested"]
+_STATUSES: tuple[str, ...] = ("pass", "fail", "xfail", "inconclusive", "skip", "untested")
 
 # Names of the user properties (also JUnit <property> names) that carry check metadata.
 PROP_REQUIREMENT = "stm_requirement"
@@ -42,7 +43,10 @@ PROP_CAPABILITY = "stm_capability"
 PROP_PROBE = "stm_probe"
 PROP_XFAIL = "stm_xfail"
 PROP_PROBLEM = "stm_problem"
-_STM_PROPS = frozenset({PROP_REQUIREMENT, PROP_CAPABILITY, PROP_PROBE, PROP_XFAIL, PROP_PROBLEM})
+PROP_BLAMED = "stm_blamed"
+_STM_PROPS = frozenset(
+    {PROP_REQUIREMENT, PROP_CAPABILITY, PROP_PROBE, PROP_XFAIL, PROP_PROBLEM, PROP_BLAMED}
+)
 
 
 def properties_for(
@@ -76,9 +80,20 @@ class CheckResult:
     outcome: Outcome | None = None
     message: str | None = None
     duration_s: float = 0.0
-    #: For a failure whose assertion message opens with one of the check's requirement IDs,
-    #: that ID alone: the check's other requirements were not concluded, not broken.
-    failed_on: str | None = None
+    #: The requirement a failure (or an expected failure) is blamed on: the ID its message
+    #: opens with, else the check's first requirement. The check's other requirements were
+    #: not concluded, not broken.
+    blamed: str | None = None
+
+    def status_for(self, requirement: str) -> Status:
+        """What this check says about one requirement."""
+        outcome = self.final_outcome
+        if outcome in ("failed", "xfailed"):
+            blamed = self.blamed or next(iter(self.requirements), None)
+            if blamed == requirement:
+                return "fail" if outcome == "failed" else "xfail"
+            return "inconclusive"
+        return "pass" if outcome == "passed" else "skip"
 
     @property
     def final_outcome(self) -> Outcome:
@@ -96,6 +111,7 @@ class CheckResult:
             "xfail_category": self.xfail_category,
             "message": self.message,
             "duration_s": round(self.duration_s, 6),
+            "blamed": self.blamed,
         }
 
 
@@ -167,17 +183,22 @@ class Results:
                 prefix = "\n".join(self.spec.headline(rid) for rid in check.requirements)
                 message = _failure_message(report).replace(prefix + "\n", "", 1)
                 check.outcome, check.message = "failed", message
-                named = _NAMED_ID.match(message)
-                if named and named["id"] in check.requirements:
-                    check.failed_on = named["id"]
+                check.blamed = self.blame(message, check.requirements)
         elif report.skipped and check.outcome != "failed":
             wasxfail = getattr(report, "wasxfail", None)
             if wasxfail is not None:
                 check.outcome, check.message = "xfailed", str(wasxfail)
+                blamed = dict(report.user_properties).get(PROP_BLAMED)
+                check.blamed = str(blamed) if blamed else self.blame("", check.requirements)
             else:
                 check.outcome, check.message = "skipped", _skip_message(report)
         elif report.when == "call" and check.outcome is None:
             check.outcome = "passed"
+
+    def blame(self, message: str, requirements: Sequence[str]) -> str | None:
+        """The requirement a failure message is about: the spec ID it opens with (even one
+        the check is not marked with: a broken precondition), else the first marked ID."""
+        return blame(message, requirements, self.spec)
 
     # -- deriving ---------------------------------------------------------------------
 
@@ -192,26 +213,22 @@ class Results:
         """Requirement ID -> (status, node IDs of its checks, distinct messages)."""
         by_id: dict[str, list[CheckResult]] = {rid: [] for rid in self.spec.requirements}
         for check in self.checks.values():
-            for rid in check.requirements:
-                by_id.setdefault(rid, []).append(check)
+            for rid in dict.fromkeys((*check.requirements, check.blamed)):
+                if rid is not None:
+                    by_id.setdefault(rid, []).append(check)
         statuses: dict[str, tuple[Status, list[str], list[str]]] = {}
         for rid, checks in by_id.items():
-            outcomes = {
-                "inconclusive" if c.failed_on not in (None, rid) else c.final_outcome
-                for c in checks
-            }
-            status: Status
-            if not checks:
-                status = "untested"
-            elif "failed" in outcomes:
-                status = "fail"
-            elif "xfailed" in outcomes:
-                status = "xfail"
-            elif "passed" in outcomes:
-                status = "pass"
-            else:
-                status = "skip"
-            messages = list(dict.fromkeys(c.message for c in checks if c.message))
+            found = {c.status_for(rid) for c in checks}
+            # A failure anywhere decides; a pass needs no check to have failed on it.
+            status: Status = next(
+                (s for s in ("fail", "xfail", "pass", "inconclusive", "skip") if s in found),
+                "untested",
+            )
+            messages = list(
+                dict.fromkeys(
+                    c.message for c in checks if c.message and c.status_for(rid) != "pass"
+                )
+            )
             statuses[rid] = (status, [c.nodeid for c in checks], messages)
         return statuses
 
@@ -237,7 +254,9 @@ class Results:
             }
         return results
 
-    def levels(self, *, complete: bool) -> list[LevelResult]:
+    def levels(
+        self, *, complete: bool, declared: frozenset[str] | None = None
+    ) -> list[LevelResult]:
         """Each level, reached only if every check of its capabilities ran and passed.
 
         A check belongs to a level when all its capabilities are among the level's; the
@@ -249,7 +268,13 @@ class Results:
         for name, capabilities in LEVELS.items():
             members = [c for c in self.checks.values() if set(c.capabilities) <= capabilities]
             passed = [c for c in members if c.final_outcome == "passed"]
-            reason = _level_gap(members, passed, capabilities, complete)
+            reason = _level_gap(
+                members,
+                passed,
+                capabilities,
+                complete,
+                capabilities if declared is None else declared,
+            )
             out.append(
                 LevelResult(name, capabilities, reason is None, len(members), len(passed), reason)
             )
@@ -262,16 +287,18 @@ class Results:
         lines = [
             f"backend {run.backend_name} ({run.backend_target}), spec {run.spec_version}",
             "",
-            f"{'group':<6}{'reqs':>6}{'pass':>6}{'fail':>6}{'xfail':>7}{'skip':>6}{'untested':>10}",
+            f"{'group':<6}{'reqs':>6}{'pass':>6}{'fail':>6}{'xfail':>7}{'inconcl':>9}"
+            f"{'skip':>6}{'untested':>10}",
         ]
         for group, counts in self.group_counts().items():
             total = sum(counts.values())
             lines.append(
                 f"{group:<6}{total:>6}{counts['pass']:>6}{counts['fail']:>6}"
-                f"{counts['xfail']:>7}{counts['skip']:>6}{counts['untested']:>10}"
+                f"{counts['xfail']:>7}{counts['inconclusive']:>9}{counts['skip']:>6}"
+                f"{counts['untested']:>10}"
             )
         lines += ["", f"{'level':<12}{'result':<13}{'checks passed':<15}why not"]
-        for level in self.levels(complete=complete):
+        for level in self.levels(complete=complete, declared=run.declared):
             result = "reached" if level.reached else "not reached"
             ratio = f"{level.passed}/{level.checks}"
             lines.append(f"{level.name:<12}{result:<13}{ratio:<15}{level.reason or ''}".rstrip())
@@ -285,7 +312,7 @@ class Results:
         self, run: RunInfo, *, complete: bool, exit_status: int, finished: dt.datetime
     ) -> dict[str, Any]:
         """The machine-readable report (``docs/report.schema.json``)."""
-        levels = self.levels(complete=complete)
+        levels = self.levels(complete=complete, declared=run.declared)
         requirements = {
             rid: {
                 "group": rid.split("-", 1)[0],
@@ -333,11 +360,19 @@ def _level_gap(
     passed: list[CheckResult],
     capabilities: frozenset[str],
     complete: bool,
+    declared: frozenset[str],
 ) -> str | None:
+    undeclared = sorted(capabilities - declared)
+    if undeclared:
+        return f"capability {', '.join(undeclared)} not declared"
     failing = [c for c in members if c.final_outcome != "passed"]
     if failing:
+        # The real blocker first: a failure before an expected failure before a skip.
+        order = {"failed": 0, "xfailed": 1, "skipped": 2}
+        first = min(failing, key=lambda c: order.get(c.final_outcome, 3))
         kinds = _count_outcomes(failing)
-        return f"{kinds}; first: {failing[0].nodeid}"
+        about = f" ({first.blamed})" if first.blamed else ""
+        return f"{kinds}; first {first.final_outcome}: {first.nodeid}{about}"
     if not complete:
         return "partial run (checks were deselected or the run stopped early)"
     proven = {cap for c in passed for cap in c.capabilities}
@@ -365,7 +400,16 @@ def _status_totals(statuses: Iterable[str]) -> dict[str, int]:
 
 # "AssertionError: BUD-008: ..." -- a check asserting several requirements names the one
 # an assertion is about at the start of its message.
-_NAMED_ID = re.compile(r"^(?:[A-Za-z_.]*(?:Error|Exception): )?(?P<id>[A-Z]+-\d{3})\b")
+_NAMED_ID = re.compile(r"^(?:[A-Za-z_.]*(?:Error|Exception|Divergence): )?(?P<id>[A-Z]+-\d{3})\b")
+
+
+def blame(message: str, requirements: Sequence[str], spec: Spec) -> str | None:
+    """The requirement a failure is about: the spec ID its message opens with, else the
+    first of ``requirements`` (``None`` when there are none)."""
+    named = _NAMED_ID.match(message.strip())
+    if named and named["id"] in spec:
+        return named["id"]
+    return requirements[0] if requirements else None
 
 
 def _failure_message(report: pytest.TestReport) -> str:

@@ -42,7 +42,7 @@ def test_a_skip_is_not_a_pass() -> None:
     r = results(shared="skipped")
     assert reached(r) == ["Core", "Summary", "Durable"]
     distributed = r.levels(complete=True)[-1]
-    assert distributed.reason == "1 skipped; first: shared"
+    assert distributed.reason == "1 skipped; first skipped: shared"
 
 
 def test_expected_failures_and_failures_block_the_level_and_all_above() -> None:
@@ -74,3 +74,38 @@ def test_requirement_status_prefers_fail_then_xfail_then_pass_then_skip() -> Non
     assert statuses["KEY-003"] == "untested"
     r = results(rolling="xfailed")
     assert r.requirement_statuses()["WM-003"][0] == "xfail"
+
+
+def test_the_reason_names_a_failure_before_a_skip() -> None:
+    r = results(shared="skipped", persist="failed")
+    r.checks["persist"].blamed = "SER-005"
+    distributed = r.levels(complete=True)[-1]
+    assert distributed.reason == "1 failed, 1 skipped; first failed: persist (SER-005)"
+
+
+def test_the_reason_names_an_undeclared_capability() -> None:
+    r = results()
+    declared = frozenset({"truncation", "rolling_summary", "serialization"})
+    levels = {level.name: level for level in r.levels(complete=True, declared=declared)}
+    assert levels["Summary"].reached
+    assert levels["Durable"].reason == "capability persistence not declared"
+
+
+def test_a_failure_is_blamed_on_one_requirement_and_inconclusive_for_the_rest() -> None:
+    r = results()
+    r.checks["multi"] = CheckResult(
+        nodeid="multi",
+        requirements=("BUD-004", "BUD-010"),
+        capabilities=("rolling_summary",),
+        probe=None,
+        xfail_category=None,
+    )
+    check = r.checks["multi"]
+    check.outcome, check.message = "failed", "AssertionError: BUD-008: estimate differs"
+    check.blamed = r.blame(check.message, check.requirements)
+    statuses = {rid: status for rid, (status, _, _) in r.requirement_statuses().items()}
+    assert check.blamed == "BUD-008"
+    assert statuses["BUD-008"] == "fail", "blamed although the check is not marked with it"
+    assert statuses["BUD-004"] == statuses["BUD-010"] == "inconclusive"
+    assert r.blame("TypeError: boom", ("BUD-004", "BUD-010")) == "BUD-004"
+    assert r.blame("AssertionError: XYZ-999: not in the spec", ("BUD-004",)) == "BUD-004"
