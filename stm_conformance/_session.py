@@ -22,7 +22,7 @@ import pytest
 from . import __version__
 from ._determinism import apply_profile, choose_profile, choose_seed, seed_check
 from .capabilities import CAPABILITIES, skip_reason, undeclared
-from .plugin import SUITE_DIR
+from .plugin import SUITE_DIR, suite_selected
 from .provider import Provider, ProviderError, load_provider
 from .report import Results, RunInfo, prefix_failure, properties_for
 from .requirements import Spec, load_spec
@@ -142,13 +142,16 @@ class SessionPlugin:
         run = self.run
         declared = ", ".join(sorted(run.declared)) or "none"
         seed = "derandomized" if run.seed is None else f"{run.seed} (--stm-seed={run.seed})"
-        return [
+        lines = [
             f"stm_conformance {run.kit_version}, spec {run.spec_version}",
             f"stm backend: {run.backend_name} = {run.backend_target} "
             f"(from {run.backend_source}: {run.backend_setting})",
             f"stm capabilities declared: {declared}",
             f"stm hypothesis profile: {run.hypothesis_profile}, seed: {seed}",
         ]
+        if not suite_selected(self.config):
+            lines.append("stm suite: not collected here (add --stm-suite to run it)")
+        return lines
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -156,6 +159,27 @@ class SessionPlugin:
         node.workerinput["stm_seed"] = self.seed
 
     # -- collection -------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pycollect_makemodule(
+        self, module_path: Path, parent: pytest.Collector
+    ) -> pytest.Module | None:
+        """Outside the rootdir, name a suite module by its path in the suite.
+
+        Its checks are then ``test_budget.py::test_x[p]`` whether the run collects the
+        whole suite or only that file, so a node ID a run prints can be passed back on the
+        command line (:mod:`stm_conformance.plugin` finds it in the suite).
+        """
+        rootpath = self.config.rootpath
+        if (
+            not _is_suite_path(module_path)
+            or rootpath == module_path
+            or rootpath in (module_path.parents)
+        ):
+            return None
+        nodeid = module_path.relative_to(SUITE_DIR).as_posix()
+        module: pytest.Module = pytest.Module.from_parent(parent, path=module_path, nodeid=nodeid)
+        return module
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_pycollect_makeitem(
@@ -347,15 +371,14 @@ def _is_complete(session: pytest.Session, exitstatus: int) -> bool:
 
 
 def _covers_suite(args: Iterable[str], pyargs: bool) -> bool:
-    args = list(args)
-    if not args:
-        return False
+    """Whether one of the arguments collects the whole suite (other arguments may be
+    the project's own tests, or parts of the suite again)."""
     for arg in args:
         if "::" in arg:
-            return False
-        if pyargs and arg in ("stm_conformance", "stm_conformance.suite"):
             continue
+        if pyargs and arg in ("stm_conformance", "stm_conformance.suite"):
+            return True
         path = Path(arg).resolve()
-        if path != SUITE_DIR and path not in SUITE_DIR.parents:
-            return False
-    return True
+        if path == SUITE_DIR or path in SUITE_DIR.parents:
+            return True
+    return False
