@@ -22,7 +22,7 @@ import pytest
 from . import __version__
 from ._determinism import apply_profile, choose_profile, choose_seed, seed_check
 from .capabilities import CAPABILITIES, skip_reason, undeclared
-from .plugin import SUITE_DIR, suite_selected
+from .plugin import SUITE_DIR, apply_ini_options, suite_selected
 from .provider import Provider, ProviderError, load_provider
 from .report import Results, RunInfo, prefix_failure, properties_for
 from .requirements import Spec, load_spec
@@ -76,6 +76,7 @@ def activate(config: pytest.Config, setting: str, source: str) -> None:
     """Load the provider and register the session plugin and the public fixtures."""
     if config.pluginmanager.has_plugin(PLUGIN_NAME):
         return
+    apply_ini_options(config)
     try:
         provider, target = load_provider(setting)
     except ProviderError as exc:

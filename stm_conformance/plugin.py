@@ -20,6 +20,8 @@ exist where pytest runs is looked up in the suite, so failures can be rerun by n
 
 from __future__ import annotations
 
+import argparse
+import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -27,8 +29,10 @@ from pathlib import Path
 import pytest
 
 __all__ = [
+    "DEFAULT_TIMEOUT",
     "ENV_VAR",
     "SUITE_DIR",
+    "apply_ini_options",
     "backend_setting",
     "suite_selected",
 ]
@@ -37,6 +41,8 @@ __all__ = [
 ENV_VAR = "STM_BACKEND"
 #: Where the conformance checks live.
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
+#: ``--stm-timeout`` when neither the command line nor the ini file sets it.
+DEFAULT_TIMEOUT = 30.0
 _SUITE_MODULE = "stm_conformance.suite"
 
 
@@ -59,13 +65,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "configured backend or 'reference'",
     )
     group.addoption(
-        "--stm-report", dest="stm_report", metavar="FILE", help="write a JSON report to FILE"
+        "--stm-report",
+        dest="stm_report",
+        metavar="FILE",
+        help="write a JSON report to FILE (also ini stm_report)",
     )
     group.addoption(
         "--stm-xfail",
         dest="stm_xfail",
         metavar="FILE",
-        help="TOML file of expected failures (by requirement ID, node ID or check name)",
+        help="TOML file of expected failures, by requirement ID, node ID or check name "
+        "(also ini stm_xfail)",
     )
     group.addoption(
         "--stm-hypothesis-profile",
@@ -79,12 +89,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--stm-timeout",
         dest="stm_timeout",
-        type=float,
-        default=30.0,
+        type=_timeout_arg,
+        default=None,
         metavar="SECONDS",
-        help="fail a check that runs longer (0: no limit; default 30)",
+        help=f"fail a check that runs longer (0: no limit; default {DEFAULT_TIMEOUT:g}; "
+        "also ini stm_timeout)",
     )
     parser.addini("stm_backend", help="conformance backend (below --stm-backend and $STM_BACKEND)")
+    parser.addini(
+        "stm_report", help="JSON report file, relative to the rootdir (below --stm-report)"
+    )
+    parser.addini(
+        "stm_xfail",
+        help="expected-failures TOML file, relative to the rootdir (below --stm-xfail)",
+    )
+    parser.addini(
+        "stm_timeout",
+        help=f"per-check time limit in seconds, 0: none (below --stm-timeout; default "
+        f"{DEFAULT_TIMEOUT:g})",
+    )
 
 
 def backend_setting(config: pytest.Config) -> tuple[str, str] | None:
@@ -156,9 +179,46 @@ def _find_in_suite(args: Iterable[str], here: Path) -> list[str]:
     return found
 
 
+def apply_ini_options(config: pytest.Config) -> None:
+    """Fill ``--stm-report``, ``--stm-xfail`` and ``--stm-timeout`` from the ini file.
+
+    The command line wins; paths in the ini file are relative to the rootdir.
+    """
+    for name in ("stm_report", "stm_xfail"):
+        value = _ini(config, name)
+        if value and not getattr(config.option, name, None):
+            setattr(config.option, name, str(config.rootpath / value))
+    if getattr(config.option, "stm_timeout", None) is None:
+        value = _ini(config, "stm_timeout")
+        timeout = DEFAULT_TIMEOUT
+        if value:
+            try:
+                timeout = _parse_timeout(value)
+            except ValueError as exc:
+                raise pytest.UsageError(f"stm_conformance: ini option stm_timeout: {exc}") from None
+        config.option.stm_timeout = timeout
+
+
 def _ini(config: pytest.Config, name: str) -> str:
     try:
         value = config.getini(name)
     except ValueError:  # the option is unknown when this plugin is disabled
         return ""
     return str(value or "").strip()
+
+
+def _parse_timeout(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number of seconds") from None
+    if math.isnan(seconds) or seconds < 0:
+        raise ValueError(f"must be a number of seconds >= 0 (0: no limit), got {text!r}")
+    return seconds
+
+
+def _timeout_arg(text: str) -> float:
+    try:
+        return _parse_timeout(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
