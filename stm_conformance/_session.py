@@ -49,6 +49,10 @@ class StmConformanceWarning(pytest.PytestWarning):
     """A problem with the conformance run's configuration (e.g. an unused xfail entry)."""
 
 
+class XfailEntryError(StmConformanceWarning):
+    """An unused xfail entry while warnings are errors, passed from a pytest-xdist worker."""
+
+
 @dataclass(frozen=True, slots=True)
 class ActiveBackend:
     """The backend under test and how it was selected."""
@@ -110,7 +114,7 @@ class SessionPlugin:
         xfail_path = config.getoption("stm_xfail", None)
         if xfail_path:
             try:
-                self.xfails = load_xfail_file(xfail_path)
+                self.xfails = load_xfail_file(xfail_path, self.spec.requirements)
             except XfailFileError as exc:
                 raise pytest.UsageError(str(exc)) from None
         workerinput: dict[str, Any] = getattr(config, "workerinput", {})
@@ -136,6 +140,8 @@ class SessionPlugin:
             seed=self.seed,
         )
         self.complete = True
+        #: A configuration error found on a pytest-xdist worker, reported at the end.
+        self.usage_error: str | None = None
 
     # -- header -----------------------------------------------------------------------
 
@@ -232,14 +238,37 @@ class SessionPlugin:
                 )
             )
         if self.warns:
-            for entry in self.xfails:
-                if entry not in used:
-                    warnings.warn(
-                        StmConformanceWarning(
-                            f"--stm-xfail entry [{entry.selector!r}] matches no collected check"
-                        ),
-                        stacklevel=1,
-                    )
+            self._warn_unused([entry for entry in self.xfails if entry not in used])
+
+    def _warn_unused(self, unused: list[XfailEntry]) -> None:
+        """Warn of each unused xfail entry; one clear error when warnings are errors.
+
+        A pytest-xdist worker must not fail its collection (the run would end in an internal
+        error): it passes the error on as an :class:`XfailEntryError` warning, which the
+        controller reports as a usage error at the end of the run.
+        """
+        messages = [
+            f"--stm-xfail entry [{entry.selector!r}] matches no collected check" for entry in unused
+        ]
+        try:
+            for message in messages:
+                warnings.warn(StmConformanceWarning(message), stacklevel=1)
+        except StmConformanceWarning:  # -W error (or a filter) made the warning an error
+            path = self.config.getoption("stm_xfail", None)
+            error = (
+                f"{'; '.join(messages)} (file {str(path)!r}; an error under the warning "
+                "filters: remove the entry or fix its selector)"
+            )
+            if not self.is_worker:
+                raise pytest.UsageError(error) from None
+            with warnings.catch_warnings():
+                warnings.simplefilter("always", XfailEntryError)
+                warnings.warn(XfailEntryError(error), stacklevel=1)
+
+    def pytest_warning_recorded(self, warning_message: warnings.WarningMessage) -> None:
+        """pytest-xdist controller: remember an unused-entry error passed on by a worker."""
+        if not self.is_worker and isinstance(warning_message.message, XfailEntryError):
+            self.usage_error = str(warning_message.message)
 
     def _problem(self, requirements: tuple[str, ...], capabilities: tuple[str, ...]) -> str | None:
         if not requirements:
@@ -301,6 +330,8 @@ class SessionPlugin:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker:
             return
+        if self.usage_error is not None:
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
         self.complete = _is_complete(session, exitstatus)
         path = self.config.getoption("stm_report", None)
         if path:
@@ -315,6 +346,8 @@ class SessionPlugin:
             )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.usage_error is not None:
+            terminalreporter.write_line(f"ERROR: {self.usage_error}", red=True)
         if self.is_worker or not self.results.checks:
             return
         terminalreporter.section("stm conformance")
