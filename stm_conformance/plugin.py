@@ -14,8 +14,8 @@ Where the suite runs:
 * ``$STM_BACKEND`` and the ``stm_backend`` ini option only choose the backend: a plain
   ``pytest`` still runs the project's own tests, with the kit's fixtures and markers.
 
-A path of a suite file as a run prints it (``test_budget.py::test_x[p]``) that does not
-exist where pytest runs is looked up in the suite, so failures can be rerun by node ID.
+A node ID as a run prints it (``test_budget.py::test_x[p]``) whose file does not exist
+where pytest runs is looked up in the suite, so a failure can be rerun by pasting its ID.
 """
 
 from __future__ import annotations
@@ -95,7 +95,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"fail a check that runs longer (0: no limit; default {DEFAULT_TIMEOUT:g}; "
         "also ini stm_timeout)",
     )
-    parser.addini("stm_backend", help="conformance backend (below --stm-backend and $STM_BACKEND)")
+    parser.addini(
+        "stm_backend",
+        help="conformance backend, below --stm-backend and $STM_BACKEND; only chooses it "
+        "(--stm-suite runs the suite)",
+    )
     parser.addini(
         "stm_report", help="JSON report file, relative to the rootdir (below --stm-report)"
     )
