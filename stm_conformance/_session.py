@@ -22,7 +22,7 @@ import pytest
 from . import __version__
 from ._determinism import apply_profile, choose_profile, choose_seed, seed_check
 from .capabilities import CAPABILITIES, skip_reason, undeclared
-from .plugin import SUITE_DIR
+from .plugin import SUITE_DIR, apply_ini_options, suite_selected
 from .provider import Provider, ProviderError, load_provider
 from .report import PROP_BLAMED, Results, RunInfo, blame, prefix_failure, properties_for
 from .requirements import Spec, load_spec
@@ -47,6 +47,10 @@ MARKERS = (
 
 class StmConformanceWarning(pytest.PytestWarning):
     """A problem with the conformance run's configuration (e.g. an unused xfail entry)."""
+
+
+class XfailEntryError(StmConformanceWarning):
+    """An unused xfail entry while warnings are errors, passed from a pytest-xdist worker."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,7 @@ def activate(config: pytest.Config, setting: str, source: str) -> None:
     """Load the provider and register the session plugin and the public fixtures."""
     if config.pluginmanager.has_plugin(PLUGIN_NAME):
         return
+    apply_ini_options(config)
     try:
         provider, target = load_provider(setting)
     except ProviderError as exc:
@@ -111,7 +116,7 @@ class SessionPlugin:
         xfail_path = config.getoption("stm_xfail", None)
         if xfail_path:
             try:
-                self.xfails = load_xfail_file(xfail_path)
+                self.xfails = load_xfail_file(xfail_path, self.spec.requirements)
             except XfailFileError as exc:
                 raise pytest.UsageError(str(exc)) from None
         workerinput: dict[str, Any] = getattr(config, "workerinput", {})
@@ -137,6 +142,8 @@ class SessionPlugin:
             seed=self.seed,
         )
         self.complete = True
+        #: A configuration error found on a pytest-xdist worker, reported at the end.
+        self.usage_error: str | None = None
 
     # -- header -----------------------------------------------------------------------
 
@@ -144,13 +151,16 @@ class SessionPlugin:
         run = self.run
         declared = ", ".join(sorted(run.declared)) or "none"
         seed = "derandomized" if run.seed is None else f"{run.seed} (--stm-seed={run.seed})"
-        return [
+        lines = [
             f"stm_conformance {run.kit_version}, spec {run.spec_version}",
             f"stm backend: {run.backend_name} = {run.backend_target} "
             f"(from {run.backend_source}: {run.backend_setting})",
             f"stm capabilities declared: {declared}",
             f"stm hypothesis profile: {run.hypothesis_profile}, seed: {seed}",
         ]
+        if not suite_selected(self.config):
+            lines.append("stm suite: not collected here (add --stm-suite to run it)")
+        return lines
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -158,6 +168,27 @@ class SessionPlugin:
         node.workerinput["stm_seed"] = self.seed
 
     # -- collection -------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pycollect_makemodule(
+        self, module_path: Path, parent: pytest.Collector
+    ) -> pytest.Module | None:
+        """Outside the rootdir, name a suite module by its path in the suite.
+
+        Its checks are then ``test_budget.py::test_x[p]`` whether the run collects the
+        whole suite or only that file, so a node ID a run prints can be passed back on the
+        command line (:mod:`stm_conformance.plugin` finds it in the suite).
+        """
+        rootpath = self.config.rootpath
+        if (
+            not _is_suite_path(module_path)
+            or rootpath == module_path
+            or rootpath in (module_path.parents)
+        ):
+            return None
+        nodeid = module_path.relative_to(SUITE_DIR).as_posix()
+        module: pytest.Module = pytest.Module.from_parent(parent, path=module_path, nodeid=nodeid)
+        return module
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_pycollect_makeitem(
@@ -213,14 +244,37 @@ class SessionPlugin:
                 )
             )
         if self.warns:
-            for entry in self.xfails:
-                if entry not in used:
-                    warnings.warn(
-                        StmConformanceWarning(
-                            f"--stm-xfail entry [{entry.selector!r}] matches no collected check"
-                        ),
-                        stacklevel=1,
-                    )
+            self._warn_unused([entry for entry in self.xfails if entry not in used])
+
+    def _warn_unused(self, unused: list[XfailEntry]) -> None:
+        """Warn of each unused xfail entry; one clear error when warnings are errors.
+
+        A pytest-xdist worker must not fail its collection (the run would end in an internal
+        error): it passes the error on as an :class:`XfailEntryError` warning, which the
+        controller reports as a usage error at the end of the run.
+        """
+        messages = [
+            f"--stm-xfail entry [{entry.selector!r}] matches no collected check" for entry in unused
+        ]
+        try:
+            for message in messages:
+                warnings.warn(StmConformanceWarning(message), stacklevel=1)
+        except StmConformanceWarning:  # -W error (or a filter) made the warning an error
+            path = self.config.getoption("stm_xfail", None)
+            error = (
+                f"{'; '.join(messages)} (file {str(path)!r}; an error under the warning "
+                "filters: remove the entry or fix its selector)"
+            )
+            if not self.is_worker:
+                raise pytest.UsageError(error) from None
+            with warnings.catch_warnings():
+                warnings.simplefilter("always", XfailEntryError)
+                warnings.warn(XfailEntryError(error), stacklevel=1)
+
+    def pytest_warning_recorded(self, warning_message: warnings.WarningMessage) -> None:
+        """pytest-xdist controller: remember an unused-entry error passed on by a worker."""
+        if not self.is_worker and isinstance(warning_message.message, XfailEntryError):
+            self.usage_error = str(warning_message.message)
 
     def _problem(self, requirements: tuple[str, ...], capabilities: tuple[str, ...]) -> str | None:
         if not requirements:
@@ -295,6 +349,8 @@ class SessionPlugin:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker:
             return
+        if self.usage_error is not None:
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
         self.complete = _is_complete(session, exitstatus)
         path = self.config.getoption("stm_report", None)
         if path:
@@ -309,6 +365,8 @@ class SessionPlugin:
             )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.usage_error is not None:
+            terminalreporter.write_line(f"ERROR: {self.usage_error}", red=True)
         if self.is_worker or not self.results.checks:
             return
         terminalreporter.section("stm conformance")
@@ -366,15 +424,14 @@ def _is_complete(session: pytest.Session, exitstatus: int) -> bool:
 
 
 def _covers_suite(args: Iterable[str], pyargs: bool) -> bool:
-    args = list(args)
-    if not args:
-        return False
+    """Whether one of the arguments collects the whole suite (other arguments may be
+    the project's own tests, or parts of the suite again)."""
     for arg in args:
         if "::" in arg:
-            return False
-        if pyargs and arg in ("stm_conformance", "stm_conformance.suite"):
             continue
+        if pyargs and arg in ("stm_conformance", "stm_conformance.suite"):
+            return True
         path = Path(arg).resolve()
-        if path != SUITE_DIR and path not in SUITE_DIR.parents:
-            return False
-    return True
+        if path == SUITE_DIR or path in SUITE_DIR.parents:
+            return True
+    return False

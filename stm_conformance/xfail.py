@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +33,8 @@ Category = Literal["unsupported", "known_bug"]
 CATEGORIES: frozenset[str] = frozenset({"unsupported", "known_bug"})
 
 _REQUIREMENT_ID = re.compile(r"^[A-Z]+-\d{3}$")
+#: What a requirement ID with a typo still looks like (``wm-003``, ``WM-3``, ``WMX-003``).
+_REQUIREMENT_LIKE = re.compile(r"^[A-Za-z]+-\d+$")
 _PARAMS = re.compile(r"\[.*\]$")
 
 
@@ -53,6 +55,11 @@ class XfailEntry:
         """Whether the selector is a requirement ID such as ``WM-003``."""
         return bool(_REQUIREMENT_ID.match(self.selector))
 
+    @property
+    def looks_like_requirement(self) -> bool:
+        """Whether the selector is meant as a requirement ID (possibly a wrong one)."""
+        return bool(_REQUIREMENT_LIKE.match(self.selector))
+
     def matches(self, nodeid: str, name: str, requirements: Iterable[str]) -> bool:
         """Whether this entry applies to a check."""
         if self.is_requirement:
@@ -68,8 +75,15 @@ class XfailEntry:
         return f"[{self.category}] {self.reason} (--stm-xfail {self.selector})"
 
 
-def load_xfail_file(path: str | Path) -> tuple[XfailEntry, ...]:
+def load_xfail_file(
+    path: str | Path, requirement_ids: Collection[str] | None = None
+) -> tuple[XfailEntry, ...]:
     """Read and validate an expected-failures file.
+
+    Args:
+        path: the TOML file.
+        requirement_ids: the spec's requirement IDs; when given, an entry whose selector
+            looks like a requirement ID must be one of them.
 
     Raises:
         XfailFileError: the file cannot be read, is not TOML, or an entry is malformed.
@@ -81,7 +95,12 @@ def load_xfail_file(path: str | Path) -> tuple[XfailEntry, ...]:
         raise XfailFileError(f"cannot read --stm-xfail file {str(path)!r}: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise XfailFileError(f"--stm-xfail file {str(path)!r} is not valid TOML: {exc}") from exc
-    return tuple(_entry(str(path), selector, body) for selector, body in data.items())
+    entries = tuple(_entry(str(path), selector, body) for selector, body in data.items())
+    if requirement_ids is not None:
+        for entry in entries:
+            if entry.looks_like_requirement and entry.selector not in requirement_ids:
+                raise XfailFileError(_unknown_requirement(str(path), entry, requirement_ids))
+    return entries
 
 
 def matching_entries(
@@ -105,6 +124,17 @@ def _entry(path: str, selector: str, body: Any) -> XfailEntry:
     if category not in CATEGORIES:
         raise XfailFileError(f"{where}: 'category' must be one of {sorted(CATEGORIES)}")
     return XfailEntry(selector=selector, reason=reason.strip(), category=category)
+
+
+def _unknown_requirement(path: str, entry: XfailEntry, known: Collection[str]) -> str:
+    selector = entry.selector
+    hint = ""
+    if selector.upper() in known:
+        hint = f" (did you mean {selector.upper()!r}?)"
+    return (
+        f"--stm-xfail file {path!r}, entry [{selector!r}]: {selector} is not a requirement "
+        f"ID of the spec{hint}"
+    )
 
 
 def _suffix_match(nodeid: str, selector: str) -> bool:

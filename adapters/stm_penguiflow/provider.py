@@ -117,10 +117,17 @@ async def _create(
     return PenguiFlowMemory(pf, memory)
 
 
-provider = Provider(
-    name="penguiflow",
-    create=_create,
-    capabilities=frozenset(
-        {"truncation", "rolling_summary", "serialization", "persistence", "callbacks"}
-    ),
-)
+def provider() -> Provider:
+    """The provider; a :class:`ProviderError` at once when PenguiFlow is not installed.
+
+    A factory rather than a :class:`Provider`, so that ``--stm-backend=penguiflow`` without
+    PenguiFlow fails at start-up in one line instead of in every check.
+    """
+    _penguiflow()
+    return Provider(
+        name="penguiflow",
+        create=_create,
+        capabilities=frozenset(
+            {"truncation", "rolling_summary", "serialization", "persistence", "callbacks"}
+        ),
+    )

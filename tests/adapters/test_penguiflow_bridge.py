@@ -16,7 +16,7 @@ from stm_penguiflow import PenguiFlowMemory, provider
 import reference_impl
 import reference_impl.types as kit_types
 from stm_conformance.checks import config, turn
-from stm_conformance.provider import ProviderError
+from stm_conformance.provider import ProviderError, load_provider
 
 
 class _Recorder:
@@ -55,7 +55,8 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> _Recorder:
 @pytest.mark.anyio
 async def test_bridge_converts_config_and_turns(recorder: _Recorder) -> None:
     cfg = config("truncation", full_zone_turns=2, include_trajectory_digest=True)
-    memory = await provider.create(cfg, kit_types.MemoryKey("t", "u", "s"), None)  # type: ignore[arg-type]
+    bridge = provider()
+    memory = await bridge.create(cfg, kit_types.MemoryKey("t", "u", "s"), None)  # type: ignore[arg-type]
     assert isinstance(memory, PenguiFlowMemory)
     built = recorder.configs[0]
     assert built is not cfg and built.budget.full_zone_turns == 2  # type: ignore[attr-defined]
@@ -67,15 +68,31 @@ async def test_bridge_converts_config_and_turns(recorder: _Recorder) -> None:
     ]
     assert memory.estimate_tokens() > 0
     assert memory.health.value == "healthy"
-    clone = await provider.create(cfg, kit_types.MemoryKey("t", "u", "s"), None)  # type: ignore[arg-type]
+    clone = await bridge.create(cfg, kit_types.MemoryKey("t", "u", "s"), None)  # type: ignore[arg-type]
     clone.from_dict(memory.to_dict())
     assert await clone.get_llm_context() == view
 
 
-@pytest.mark.anyio
-async def test_missing_penguiflow_is_a_clear_provider_error(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_missing_penguiflow_is_a_clear_provider_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "penguiflow.planner.memory", None)
     with pytest.raises(ProviderError, match=r"stm-conformance\[penguiflow\]"):
-        await provider.create(config("truncation"), kit_types.MemoryKey("t", "u", "s"), None)  # type: ignore[arg-type]
+        load_provider("penguiflow")
+
+
+def test_missing_penguiflow_fails_at_start_up_in_one_line(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("STM_BACKEND", raising=False)
+    # Loaded before the kit's pytest_configure: PenguiFlow is "not installed".
+    pytester.makeconftest(
+        "import sys\n\nsys.modules['penguiflow'] = None\n"
+        "sys.modules['penguiflow.planner.memory'] = None\n"
+    )
+    result = pytester.runpytest_subprocess("--stm-backend=penguiflow")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.stderr.lines == [
+        "ERROR: stm_conformance: the penguiflow backend needs PenguiFlow: "
+        "pip install 'stm-conformance[penguiflow]'",
+        "",
+    ]
+    assert "passed" not in result.stdout.str() and "failed" not in result.stdout.str()

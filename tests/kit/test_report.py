@@ -91,7 +91,7 @@ def test_ci_environment_selects_the_derandomized_profile(
 ) -> None:
     monkeypatch.setenv("CI", "true")
     monkeypatch.setenv("STM_BACKEND", "reference")
-    result = run_pytest("--collect-only")
+    result = run_pytest("--stm-suite", "--collect-only")
     result.stdout.fnmatch_lines(
         [
             "stm backend: reference = reference_impl.provider:provider (from env: reference)",

@@ -113,3 +113,55 @@ def test_selectors(tmp_path: Path) -> None:
     assert selected("test_z.py::test_b[x]", "test_b[x]") == ["test_b"]
     assert selected("a/sub/test_c.py::test_c[1]", "test_c[1]") == ["sub/test_c.py::test_c[1]"]
     assert selected("a/sub/test_c.py::test_c[2]", "test_c[2]") == []
+
+
+UNUSED = '[test_no_such_check]\nreason = "stale"\ncategory = "known_bug"\n'
+UNUSED_ERROR = (
+    "ERROR: --stm-xfail entry ['test_no_such_check'] matches no collected check "
+    "(file '*unused.toml'; an error under the warning filters: remove the entry or fix its "
+    "selector)"
+)
+
+
+def test_unused_entry_under_w_error_is_a_clear_usage_error(
+    fake_suite: FakeSuite, run_pytest: RunPytest, pytester: pytest.Pytester
+) -> None:
+    fake_suite(CHECKS)
+    unused = pytester.makefile(".toml", unused=UNUSED)
+    result = run_pytest(BACKEND, f"--stm-xfail={unused}", "-W", "error", "test_fake.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    result.stderr.fnmatch_lines([UNUSED_ERROR.replace("[", "[[]")])
+
+
+def test_unused_entry_under_w_error_with_xdist_is_a_usage_error_too(
+    fake_suite: FakeSuite, run_pytest: RunPytest, pytester: pytest.Pytester
+) -> None:
+    fake_suite(CHECKS)
+    unused = pytester.makefile(".toml", unused=UNUSED)
+    result = run_pytest(BACKEND, f"--stm-xfail={unused}", "-W", "error", "-n", "2", "test_fake.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines([UNUSED_ERROR.replace("[", "[[]")])
+
+
+@pytest.mark.parametrize(
+    ("selector", "hint"),
+    [("WM-099", ""), ("wm-003", " (did you mean 'WM-003'?)"), ("WM-3", "")],
+)
+def test_requirement_id_not_in_the_spec_is_a_usage_error(
+    fake_suite: FakeSuite,
+    run_pytest: RunPytest,
+    pytester: pytest.Pytester,
+    selector: str,
+    hint: str,
+) -> None:
+    fake_suite(CHECKS)
+    bad = pytester.makefile(".toml", ids=f'["{selector}"]\nreason = "r"\ncategory = "known_bug"\n')
+    result = run_pytest(BACKEND, f"--stm-xfail={bad}", "test_fake.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    expected = (
+        f"ERROR: --stm-xfail file '{bad}', entry ['{selector}']: {selector} is not a "
+        f"requirement ID of the spec{hint}"
+    )
+    assert expected in result.stderr.lines
