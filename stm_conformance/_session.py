@@ -24,7 +24,14 @@ from ._determinism import apply_profile, choose_profile, choose_seed, seed_check
 from .capabilities import CAPABILITIES, skip_reason, undeclared
 from .plugin import SUITE_DIR, apply_ini_options, suite_selected
 from .provider import Provider, ProviderError, load_provider
-from .report import PROP_BLAMED, Results, RunInfo, blame, prefix_failure, properties_for
+from .report import (
+    PROP_BLAMED,
+    Results,
+    RunInfo,
+    blame_exception,
+    prefix_failure,
+    properties_for,
+)
 from .requirements import Spec, load_spec
 from .xfail import XfailEntry, XfailFileError, load_xfail_file, matching_entries
 
@@ -325,12 +332,16 @@ class SessionPlugin:
         that requirement: failing on another one is a failure (it is not what was expected).
         """
         report = yield
-        if getattr(report, "wasxfail", None) is not None and call.excinfo is not None:
+        if call.excinfo is not None and _is_check(item) and (report.failed or report.skipped):
             requirements = _marker_args(item, "stm_requirement")
-            blamed = blame(call.excinfo.exconly(), requirements, self.spec)
+            blamed = blame_exception(call.excinfo.value, requirements, self.spec)
             report.user_properties.append((PROP_BLAMED, blamed or ""))
+        if getattr(report, "wasxfail", None) is not None and call.excinfo is not None:
             expected = item.stash.get(_XFAIL_IDS, None)
-            if expected is not None and blamed not in expected:
+            if (
+                expected is not None
+                and dict(report.user_properties).get(PROP_BLAMED) not in expected
+            ):
                 del report.wasxfail
                 report.outcome = "failed"
                 report.longrepr = item.repr_failure(call.excinfo)

@@ -18,6 +18,7 @@ from .contract import (
     ShortTermMemoryConfig,
     TrajectoryDigest,
     canonical_json,
+    default_token_estimator,
 )
 from .model import render_turn
 
@@ -83,10 +84,30 @@ def config(
 
 
 async def memory_view(memory: Any) -> dict[str, Any]:
-    """The ``conversation_memory`` part of the view (``{}`` when absent)."""
-    ctx = await memory.get_llm_context()
-    inner = dict(ctx).get("conversation_memory", {})
-    return dict(inner)
+    """The ``conversation_memory`` part of the view (``{}`` when absent).
+
+    For a memory from ``make_memory`` (which knows its configuration), the view must first
+    keep the window (BUD-003) and, under a truncate policy, the token limit (BUD-001): a
+    check built on a view that breaks them blames those requirements, not its own.
+    """
+    ctx = dict(await memory.get_llm_context())
+    inner = dict(ctx.get("conversation_memory", {}))
+    cfg = getattr(memory, "_stm_config", None)
+    if isinstance(cfg, ShortTermMemoryConfig) and cfg.strategy != "none":
+        window = cfg.budget.full_zone_turns
+        recent = inner.get("recent_turns") or []
+        if len(recent) > window:
+            raise AssertionError(
+                f"BUD-003: the view holds {len(recent)} recent turns, full_zone_turns={window}"
+            )
+        limit = cfg.budget.total_max_tokens
+        if limit and cfg.budget.overflow_policy != "error":
+            tokens = (cfg.token_estimator or default_token_estimator)(canonical_json(ctx))
+            if tokens > limit:
+                raise AssertionError(
+                    f"BUD-001: the view has {tokens} tokens, total_max_tokens={limit}"
+                )
+    return inner
 
 
 def users(turns: Any) -> list[str]:

@@ -7,6 +7,7 @@ stores and the backend's own resources all live on the same loop.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
@@ -15,13 +16,23 @@ import anyio
 import pytest
 
 from ._session import active_backend
+from .checks import memory_view
 from .contract import MemoryKey, ShortTermMemoryConfig, Summarizer
 from .provider import MemoryFactory, Provider
-from .scripted import RecordingCallbacks, ScriptedSummarizer
+from .scripted import (
+    RecordingCallbacks,
+    ScriptedSummarizer,
+    callbacks_running_now,
+    calls_hanging_now,
+    calls_held_now,
+)
 from .store import KitStateStore
 
 __all__ = [
+    "ADD_TURN_LIMIT_S",
+    "FLUSH_LIMIT_S",
     "CLOSE_TIMEOUT_S",
+    "CheckedMemory",
     "MakeMemory",
     "anyio_backend",
     "fresh_key",
@@ -58,6 +69,86 @@ def fresh_key() -> MemoryKey:
     return MemoryKey("stm-conformance", "check", uuid.uuid4().hex)
 
 
+#: How long ``add_turn`` may take while a summarizer call is held before the check blames
+#: WM-001 (it waits for the summarizer) rather than its own requirement.
+ADD_TURN_LIMIT_S = 2.0
+#: How long ``flush`` may take while no summarizer call is held before the check blames
+#: WM-008 (a call hangs) or WM-007 (it waits for turns no call will cover).
+FLUSH_LIMIT_S = 5.0
+
+
+class CheckedMemory:
+    """A backend's memory as ``make_memory`` hands it to checks: every attribute is the
+    backend's own, but two calls carry the preconditions of other requirements, so a check
+    that trips on them blames the requirement that broke rather than its own:
+
+    - ``add_turn`` that does not return while a callback is still running: CB-004; while
+      a summarizer call is held: WM-001; after it, the window (BUD-003) and the token
+      limit (BUD-001) must hold, see :func:`~stm_conformance.checks.memory_view`;
+    - ``flush`` that returns with a turn still pending that was pending when it was called,
+      the memory not degraded: WM-007; that does not return while no summarizer call is
+      held: WM-008 if a call hangs (no timeout), else WM-007.
+    """
+
+    def __init__(self, memory: Any, config: ShortTermMemoryConfig) -> None:
+        self.__dict__["_stm_memory"] = memory
+        self.__dict__["_stm_config"] = config
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stm_memory, name)
+
+    async def add_turn(self, turn: Any) -> None:
+        """The backend's ``add_turn``; WM-001 if it waits on a held summarizer call."""
+        task = asyncio.ensure_future(self._stm_memory.add_turn(turn))
+        done, _ = await asyncio.wait({task}, timeout=ADD_TURN_LIMIT_S)
+        if not done:
+            blocked_on = (
+                "CB-004: add_turn did not return while a callback was still running: "
+                "callbacks must be fire-and-forget"
+                if callbacks_running_now()
+                else "WM-001: add_turn did not return while a summarizer call was held: "
+                "it waits for the summarizer"
+                if calls_held_now()
+                else None
+            )
+            if blocked_on is not None:
+                task.cancel()
+                raise AssertionError(f"{blocked_on} (waited {ADD_TURN_LIMIT_S:g}s)")
+        await task  # slow for another reason: the check's own limits apply
+        await memory_view(self)  # the window and the budget hold after every turn
+
+    async def flush(self) -> None:
+        """The backend's ``flush``; WM-007 if it returns before the pending turns are in."""
+        before = _pending_users(await self._stm_memory.get_llm_context())
+        task = asyncio.ensure_future(self._stm_memory.flush())
+        while not task.done():
+            await asyncio.wait({task}, timeout=FLUSH_LIMIT_S)
+            if task.done() or calls_held_now():
+                continue  # a held call is the check's doing: its own limits apply
+            task.cancel()
+            raise AssertionError(
+                f"WM-008: flush() did not return within {FLUSH_LIMIT_S:g}s while a "
+                "summarizer call hangs: a call must fail after summarizer_timeout_s"
+                if calls_hanging_now()
+                else f"WM-007: flush() did not return within {FLUSH_LIMIT_S:g}s with no "
+                "summarizer call held or hanging: it waits for turns no call will cover"
+            )
+        task.result()
+        if not before or str(self._stm_memory.health.value) in ("degraded", "recovering"):
+            return
+        still = before & _pending_users(await self._stm_memory.get_llm_context())
+        if still:
+            raise AssertionError(
+                f"WM-007: flush() returned while turns pending when it was called are "
+                f"still pending and the memory is not degraded: {sorted(still)}"
+            )
+
+
+def _pending_users(context: Any) -> set[str]:
+    inner = dict(context).get("conversation_memory") or {}
+    return {str(t.get("user")) for t in inner.get("pending_turns") or [] if isinstance(t, dict)}
+
+
 class _Memories:
     """Creates memories through one provider factory and closes them all at the end."""
 
@@ -79,7 +170,7 @@ class _Memories:
             ScriptedSummarizer() if summarizer is None else summarizer,
         )
         self._created.append(memory)
-        return memory
+        return CheckedMemory(memory, config)
 
     async def close_all(self) -> None:
         failures: list[str] = []

@@ -26,6 +26,7 @@ __all__ = [
     "Results",
     "RunInfo",
     "blame",
+    "blame_exception",
     "prefix_failure",
     "properties_for",
 ]
@@ -183,7 +184,8 @@ class Results:
                 prefix = "\n".join(self.spec.headline(rid) for rid in check.requirements)
                 message = _failure_message(report).replace(prefix + "\n", "", 1)
                 check.outcome, check.message = "failed", message
-                check.blamed = self.blame(message, check.requirements)
+                blamed = dict(report.user_properties).get(PROP_BLAMED)
+                check.blamed = str(blamed) if blamed else self.blame(message, check.requirements)
         elif report.skipped and check.outcome != "failed":
             wasxfail = getattr(report, "wasxfail", None)
             if wasxfail is not None:
@@ -401,6 +403,16 @@ def _status_totals(statuses: Iterable[str]) -> dict[str, int]:
 # "AssertionError: BUD-008: ..." -- a check asserting several requirements names the one
 # an assertion is about at the start of its message.
 _NAMED_ID = re.compile(r"^(?:[A-Za-z_.]*(?:Error|Exception|Divergence): )?(?P<id>[A-Z]+-\d{3})\b")
+
+
+def blame_exception(error: BaseException, requirements: Sequence[str], spec: Spec) -> str | None:
+    """:func:`blame` for an exception; a group whose members all blame one requirement
+    (concurrent operations failing alike) blames that one."""
+    if isinstance(error, BaseExceptionGroup):
+        found = {blame_exception(inner, (), spec) for inner in error.exceptions}
+        if len(found) == 1 and None not in found:
+            return found.pop()
+    return blame(f"{type(error).__name__}: {error}", requirements, spec)
 
 
 def blame(message: str, requirements: Sequence[str], spec: Spec) -> str | None:

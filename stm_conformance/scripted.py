@@ -8,13 +8,44 @@ from __future__ import annotations
 
 import copy
 import time
+import weakref
 from collections import deque
 from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
 import anyio
 
-__all__ = ["FailureMode", "RecordingCallbacks", "ScriptedSummarizer"]
+__all__ = [
+    "FailureMode",
+    "RecordingCallbacks",
+    "ScriptedSummarizer",
+    "callbacks_running_now",
+    "calls_hanging_now",
+    "calls_held_now",
+]
+
+#: Every live summarizer, to tell whether some call is blocked by a hold right now.
+_LIVE: weakref.WeakSet[ScriptedSummarizer] = weakref.WeakSet()
+
+
+def calls_held_now() -> int:
+    """How many summarizer calls are blocked by :meth:`ScriptedSummarizer.hold` right now."""
+    return sum(summarizer.waiting for summarizer in list(_LIVE))
+
+
+def calls_hanging_now() -> int:
+    """How many summarizer calls hang (failure mode ``hang``) right now."""
+    return sum(summarizer.hanging for summarizer in list(_LIVE))
+
+
+#: Every live set of recording callbacks, to tell whether a slow one is running right now.
+_LIVE_CALLBACKS: weakref.WeakSet[RecordingCallbacks] = weakref.WeakSet()
+
+
+def callbacks_running_now() -> int:
+    """How many :class:`RecordingCallbacks` callbacks are inside their delay right now."""
+    return sum(callbacks.running for callbacks in list(_LIVE_CALLBACKS))
+
 
 #: How a scripted call fails: ``raise`` (``RuntimeError``), ``not_mapping`` (returns a list),
 #: ``no_summary`` (``{"text": ...}``), ``non_string`` (``{"summary": 123}``), ``oversize``
@@ -79,6 +110,11 @@ class ScriptedSummarizer:
         #: Number of calls that returned a valid summary.
         self.completed = 0
         self._held = False
+        #: Calls started and currently blocked by :meth:`hold`.
+        self.waiting = 0
+        #: Calls currently hanging in ``hang`` mode.
+        self.hanging = 0
+        _LIVE.add(self)
         self._queued: deque[FailureMode] = deque()
         self._always: FailureMode | None = None
         self._called = _Waiters()
@@ -143,8 +179,12 @@ class ScriptedSummarizer:
         self.outputs.append(None)
         mode = None if self.decide_on_release else self._next_mode()
         self._called.notify()
-        while self._held:
-            await self._released.wait()
+        self.waiting += 1
+        try:
+            while self._held:
+                await self._released.wait()
+        finally:
+            self.waiting -= 1
         if self.decide_on_release:
             mode = self._next_mode()
         if mode is not None:
@@ -178,7 +218,11 @@ class ScriptedSummarizer:
             return {"summary": 123}
         if mode == "oversize":
             return {"summary": "x" * self.oversize_chars}
-        await anyio.sleep_forever()
+        self.hanging += 1
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.hanging -= 1
         raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -199,6 +243,9 @@ class RecordingCallbacks:
         self.summaries: list[tuple[str, str]] = []
         #: ``(old.value, new.value)`` of each ``on_health_changed``.
         self.health: list[tuple[str, str]] = []
+        #: Callbacks currently inside their ``delay_s``.
+        self.running = 0
+        _LIVE_CALLBACKS.add(self)
         self._changed = _Waiters()
 
     async def on_turn_added(self, turn: Any) -> None:
@@ -265,7 +312,11 @@ class RecordingCallbacks:
     async def _after(self, name: str) -> None:
         self._changed.notify()
         if self.delay_s > 0:
-            await anyio.sleep(self.delay_s)
+            self.running += 1
+            try:
+                await anyio.sleep(self.delay_s)
+            finally:
+                self.running -= 1
         if self.raise_errors:
             raise RuntimeError(f"recording callback {name} raised on purpose")
 

@@ -239,13 +239,29 @@ class MemoryDifferential(RuleBasedStateMachine):
         self.summarizer.release()
         for _ in range(8):
             try:
-                self._bounded(self.sut.flush(), what)
+                early = self._bounded(self._flush_and_look(), what)
             except _StepTimeout as exc:
                 self.step.timeout = (requirement, f"{exc.what}\n{exc.stack}")
+                return
+            if early:
+                self.step.problem = self.step.problem or (
+                    "WM-007",
+                    f"flush() returned while turns pending when it was called were still "
+                    f"pending and the memory was not degraded: {sorted(early)}",
+                )
                 return
             self._replay()
             if self.step.problem or not self.model.pending or self.model.degraded:
                 return
+
+    async def _flush_and_look(self) -> set[str]:
+        """``flush()``, then (before anything else runs) the turns it should have covered
+        that are still pending in a memory that is not degraded (WM-007)."""
+        before = _pending_users(await self.sut.get_llm_context())
+        await self.sut.flush()
+        if str(self.sut.health.value) in _DEGRADED_FAMILY:
+            return set()
+        return before & _pending_users(await self.sut.get_llm_context())
 
     # -- rules ---------------------------------------------------------------------------
 
@@ -300,9 +316,15 @@ class MemoryDifferential(RuleBasedStateMachine):
         self.summarizer.fail_always("raise")
         self.summarizer.release()
         try:
-            self._bounded(
-                self.sut.flush(), "flush() did not return while every summarizer call failed"
+            early = self._bounded(
+                self._flush_and_look(), "flush() did not return while every call failed"
             )
+            if early:
+                self.step.problem = (
+                    "WM-007",
+                    f"flush() returned while turns pending when it was called were still "
+                    f"pending and the memory was not degraded: {sorted(early)}",
+                )
         except _StepTimeout as exc:
             self.step.timeout = ("HLT-004", f"{exc.what}\n{exc.stack}")
         finally:
@@ -341,6 +363,13 @@ class MemoryDifferential(RuleBasedStateMachine):
         self.history.append("restore()")
         state = json.loads(json.dumps(self.sut.to_dict()))
         cfg = self.model.config
+        # The new instance gets a summarizer of its own: a call the old one left behind
+        # (it should have none after closing, CON-003) cannot reach the new one's record.
+        self.summarizer.release()
+        self.summarizer = ScriptedSummarizer(max_chars=SUMMARY_CHARS, decide_on_release=True)
+        self.summarizer.hold()
+        self.held_from = self.replayed = 0
+        self.started_with = {}
 
         async def go() -> Any:
             fresh = await self.provider.create(cfg, self.key, self.summarizer)
@@ -429,9 +458,14 @@ def diagnose(
         return "STR-003", f"unexpected keys {sorted(set(inner) - set(spec))} in the view"
     if inner.get("summary", "") != spec.get("summary", ""):
         return _summary_difference(model, str(inner.get("summary", "")), step)
-    if inner.get("pending_turns", []) != spec.get("pending_turns", []):
-        return _pending_difference(model, inner, step)
-    return _recent_difference(model, inner)
+    if inner.get("recent_turns", []) != spec.get("recent_turns", []):
+        return _recent_difference(model, inner)
+    return _pending_difference(model, inner, step)
+
+
+def _pending_users(context: Any) -> set[str]:
+    inner = dict(context).get("conversation_memory") or {}
+    return set(_users(inner.get("pending_turns")))
 
 
 def _users(turns: Any) -> list[str]:
@@ -498,16 +532,22 @@ def _pending_difference(model: SpecModel, inner: dict[str, Any], step: _Step) ->
         }.get(entry.place, "BUD-010")
         return rule, f"{user!r} is shown as pending; the spec holds it as {entry.place}"
     missing = [u for u in want if u not in got]
-    entry = by_user[missing[0]]
-    if missing[0] in _users(inner.get("recent_turns")):
-        return "BUD-003", f"{missing[0]!r} is still recent; the window evicted it"
+    newest = missing[-1]
+    entry = by_user[newest]
+    if newest in _users(inner.get("recent_turns")):
+        return "BUD-003", f"{newest!r} is still recent; the window evicted it"
+    if newest in step.unsent:
+        return "WM-003", (
+            f"{newest!r}, evicted while a summarizer call ran, was removed when that call's "
+            "summary was installed"
+        )
     if entry.was_hidden:
-        return "WM-006", f"{missing[0]!r} was hidden by the budget and is gone (deleted)"
-    if want[len(want) - len(got) :] == got:
+        return "WM-006", f"{newest!r} was hidden by the budget and is gone (deleted)"
+    if got and want[len(want) - len(got) :] == got:
         return "BUD-010", (
             f"visible pending {got}; the longest run of newest pending turns that fits is {want}"
         )
-    return "WM-002", f"evicted turn {missing[0]!r} is not pending (lost before any summary)"
+    return "WM-002", f"evicted turn {newest!r} is not pending (lost before any summary)"
 
 
 def _recent_difference(model: SpecModel, inner: dict[str, Any]) -> tuple[str, str]:

@@ -225,7 +225,7 @@ async def test_oversize_summary_is_a_failure(make_memory, scripted_summarizer):
     await eventually(lambda: memory.health.value == "retry", what="RETRY after oversize summary")
     view = await memory_view(memory)
     assert "summary" not in view, f"an oversize summary was installed: {view}"
-    assert users(view.get("pending_turns")) == ["u0"], view
+    assert users(view.get("pending_turns")) == ["u0"], f"HLT-003: RETRY keeps pending: {view}"
 
 
 @req("BUD-009")

@@ -60,7 +60,10 @@ async def test_health_changes_once_each_in_order(
     scripted_summarizer.fail_always("raise")
     await memory.add_turn(turn(0))
     await memory.add_turn(turn(1))
-    await eventually(lambda: memory.health.value == "degraded", what="DEGRADED")
+    await eventually(
+        lambda: memory.health.value == "degraded",
+        what="HLT-004: DEGRADED once every attempt failed (precondition)",
+    )
     await recording_callbacks.wait_for("health", 2)
     await recording_callbacks.settle()
     assert recording_callbacks.health == [("healthy", "retry"), ("retry", "degraded")], (

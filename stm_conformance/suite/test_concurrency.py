@@ -10,6 +10,7 @@ import pytest
 from stm_conformance import RecordingCallbacks
 from stm_conformance.checks import config, memory_view, turn, users
 from stm_conformance.contract import MemoryKey
+from stm_conformance.fixtures import CheckedMemory
 
 req = pytest.mark.stm_requirement
 
@@ -75,12 +76,10 @@ async def test_aclose_cancels_background_work(stm_provider, scripted_summarizer)
     before = set(asyncio.all_tasks())
     slow = RecordingCallbacks(delay_s=30.0)  # callback tasks are background work too
     callbacks = "callbacks" in stm_provider.capabilities
-    memory = await stm_provider.create(
-        config(full_zone_turns=1, **(slow.config_kwargs() if callbacks else {})),
-        MemoryKey("t", "u", "close"),
-        scripted_summarizer,
-    )
-    if not hasattr(memory, "aclose"):
+    cfg = config(full_zone_turns=1, **(slow.config_kwargs() if callbacks else {}))
+    raw = await stm_provider.create(cfg, MemoryKey("t", "u", "close"), scripted_summarizer)
+    memory = CheckedMemory(raw, cfg)  # blames a blocking add_turn on WM-001 or CB-004
+    if not hasattr(raw, "aclose"):
         pytest.skip("backend has no aclose()")
     scripted_summarizer.hold()
     for i in range(4):

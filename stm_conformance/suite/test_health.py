@@ -49,7 +49,9 @@ async def test_retry_keeps_summary_and_pending(make_memory, scripted_summarizer)
     summary = (await memory_view(memory))["summary"]
     scripted_summarizer.fail_next(1, mode="raise")
     await memory.add_turn(turn(2))
-    await eventually(lambda: memory.health.value == "retry", what="RETRY")
+    await eventually(
+        lambda: memory.health.value == "retry", what="HLT-002: RETRY after a failure (precondition)"
+    )
     await memory.add_turn(turn(3))
     view = await memory_view(memory)
     assert view.get("summary") == summary, "RETRY must keep the last good summary"
@@ -84,13 +86,19 @@ async def test_degraded_backlog_is_bounded_and_counted(
     scripted_summarizer.fail_next(1, mode="raise")
     await memory.add_turn(turn(0))
     await memory.add_turn(turn(1))
-    await eventually(lambda: memory.health.value == "degraded", what="DEGRADED")
+    await eventually(
+        lambda: memory.health.value == "degraded", what="HLT-004: DEGRADED (precondition)"
+    )
     for i in range(2, 10):
         await memory.add_turn(turn(i))
     if "serialization" in stm_capabilities:
         dropped = memory.to_dict().get("dropped_turns")
         assert dropped == 6, f"9 evicted turns, backlog of 3: dropped_turns={dropped}, want 6"
-    await eventually(lambda: memory.health.value == "healthy", timeout=5, what="recovery")
+    await eventually(
+        lambda: memory.health.value == "healthy",
+        timeout=5,
+        what="HLT-006: recovery to HEALTHY (precondition)",
+    )
     recovery = scripted_summarizer.calls[-1]
     assert users(recovery["turns"]) == ["u6", "u7", "u8"], (
         f"the backlog keeps the newest {cfg.recovery_backlog_limit} turns: {recovery['turns']}"
@@ -113,7 +121,9 @@ async def test_recovery_is_rate_limited_and_returns_to_healthy(
     scripted_summarizer.fail_always("raise")
     await memory.add_turn(turn(0))
     await memory.add_turn(turn(1))
-    await eventually(lambda: memory.health.value == "degraded", what="DEGRADED")
+    await eventually(
+        lambda: memory.health.value == "degraded", what="HLT-004: DEGRADED (precondition)"
+    )
     started = time.monotonic()
     await anyio.sleep(interval * 6)
     attempts = len(scripted_summarizer.calls) - 1
@@ -144,7 +154,9 @@ async def test_invalid_output_is_a_failure(make_memory, scripted_summarizer, mod
     scripted_summarizer.fail_next(1, mode=mode)
     await memory.add_turn(turn(0))
     await memory.add_turn(turn(1))
-    await eventually(lambda: memory.health.value == "retry", what=f"RETRY after {mode!r}")
+    # A hung call is a failure by WM-008's rule (the timeout); the others by HLT-007's.
+    rule = "WM-008: " if mode == "hang" else ""
+    await eventually(lambda: memory.health.value == "retry", what=f"{rule}RETRY after {mode!r}")
     assert "summary" not in await memory_view(memory)
 
 

@@ -223,6 +223,8 @@ async def test_health_of_one_key_is_independent_of_another(make_memory):
         await a.add_turn(turn(i))
         await b.add_turn(turn(i))
     await failing.wait_for_calls(1)
-    await eventually(lambda: a.health.value == "retry", what="key A in RETRY")
+    await eventually(
+        lambda: a.health.value == "retry", what="HLT-002: key A in RETRY (precondition)"
+    )
     await b.flush()
     assert b.health.value == "healthy", "key A's summarizer failures changed key B's health"

@@ -262,8 +262,12 @@ async def test_penguiflow_v1_states_load(make_memory, stm_capabilities, name):
         return
     assert view["recent_turns"] == [_v1_turn(t) for t in state["turns"]], name
     if strategy == "rolling_summary" and state["health"] in ("healthy", "retry"):
-        assert view.get("summary", "") == state["summary"]
-        assert view.get("pending_turns", []) == [_v1_turn(t) for t in state["pending"]]
+        # Loaded faithfully, a RETRY state must show what HLT-003 requires of RETRY.
+        rule = "HLT-003: " if state["health"] == "retry" else ""
+        assert view.get("summary", "") == state["summary"], f"{rule}summary of {name}"
+        assert view.get("pending_turns", []) == [_v1_turn(t) for t in state["pending"]], (
+            f"{rule}pending turns of {name}"
+        )
     summarizer.release()
 
 
