@@ -226,5 +226,6 @@ async def test_health_of_one_key_is_independent_of_another(make_memory):
     await eventually(
         lambda: a.health.value == "retry", what="HLT-002: key A in RETRY (precondition)"
     )
+    assert b.health.value != "retry", "KEY-001: key B is in RETRY with key A's failures"
     await b.flush()
     assert b.health.value == "healthy", "key A's summarizer failures changed key B's health"

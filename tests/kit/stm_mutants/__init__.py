@@ -8,10 +8,9 @@ one small, marked change (``# MUTATION``). Each module exposes
   capabilities and key resolver, so the suite runs exactly the checks it runs for the
   reference (``--stm-backend=stm_mutants.<module>:provider`` with ``tests/kit`` on the path);
 - ``BREAKS``: the requirement ID the mutation violates;
-- ``COLLATERAL``: other IDs the suite may also report as failed, each with the reason (a
-  check marked with several IDs, or a requirement that is a direct consequence);
-- ``SUITE_FILES``: the suite files ``tests/kit/test_mutants.py`` runs against it;
-- ``SELECT``: an optional ``-k`` expression narrowing that run further;
+- ``COLLATERAL``: other IDs the whole suite may also report as failed, each with the
+  reason it follows from the one bug (usually empty: a failure is blamed on one
+  requirement, and a check that trips on another requirement's precondition blames that);
 - ``GAP`` (optional): why the suite does *not* catch this mutant yet. Such a mutant
   documents a known gap of the suite; the meta-test expects its run to miss ``BREAKS``
   (strict xfail) and reports an unexpected pass once a check catches it.

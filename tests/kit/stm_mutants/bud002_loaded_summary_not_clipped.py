@@ -16,8 +16,6 @@ from . import mutant_provider
 
 BREAKS = "BUD-002"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_budget.py", "test_serialization.py")
-SELECT = "loaded_oversize or stays_within_budget or round_trip or v1"
 
 
 class UnclippedLoadMemory(DefaultShortTermMemory):

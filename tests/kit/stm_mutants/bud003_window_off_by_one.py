@@ -16,11 +16,11 @@ from . import mutant_provider
 
 BREAKS = "BUD-003"
 COLLATERAL = {
-    "STR-002": "test_truncation_shows_exactly_the_last_window is marked STR-002 and BUD-003: "
-    "a truncation window one too wide is both",
+    "SER-002": (
+        "from_dict() applies the configured window, so a restored memory shows one recent "
+        "turn fewer than the one it was saved from"
+    ),
 }
-SUITE_FILES = ("test_strategies.py",)
-SELECT = None
 
 
 class WideWindowMemory(DefaultShortTermMemory):

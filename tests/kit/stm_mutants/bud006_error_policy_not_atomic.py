@@ -18,8 +18,6 @@ from . import mutant_provider
 
 BREAKS = "BUD-006"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_budget.py",)
-SELECT = None
 
 
 class LateCheckBudget(Budget):

@@ -16,8 +16,6 @@ from . import mutant_provider
 
 BREAKS = "BUD-007"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_budget.py",)
-SELECT = None
 
 
 class OverTotalInstallMemory(DefaultShortTermMemory):

@@ -14,15 +14,9 @@ from . import mutant_provider
 
 BREAKS = "BUD-007"
 COLLATERAL = {
-    "HLT-007": "an oversize summary is one of the invalid outputs of HLT-007; the BUD-007 "
-    "check is marked HLT-007 too",
-    "BUD-002": "an installed oversize summary exceeds summary_max_tokens",
-    "BUD-001": "marked on the budget-invariant check that reports BUD-002",
-    "BUD-003": "marked on the budget-invariant check that reports BUD-002",
-    "BUD-008": "marked on the budget-invariant check that reports BUD-002",
+    "BUD-002": "the oversize summary it installs exceeds summary_max_tokens",
+    "HLT-007": "the spec states the same rule twice: an oversize summary is invalid output",
 }
-SUITE_FILES = ("test_budget.py",)
-SELECT = None
 
 
 class OversizeSummaryMemory(DefaultShortTermMemory):

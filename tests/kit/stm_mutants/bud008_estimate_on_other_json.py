@@ -15,16 +15,7 @@ from reference_impl.types import default_token_estimator
 from . import mutant_provider
 
 BREAKS = "BUD-008"
-COLLATERAL = {
-    "BUD-001": "co-marked on test_*_stays_within_budget, which checks BUD-008 first",
-    "BUD-002": "co-marked on test_rolling_summary_stays_within_budget",
-    "BUD-003": "co-marked on test_*_stays_within_budget",
-}
-SUITE_FILES = ("test_budget.py",)
-# Every budget check asserts BUD-008 first through the suite's shared invariant helper and
-# is reported under its own IDs (BUD-004, BUD-005, BUD-010, ...); the run is narrowed to
-# the checks marked BUD-008.
-SELECT = "estimate_uses_the_configured_estimator or stays_within_budget"
+COLLATERAL: dict[str, str] = {}
 
 
 class OtherJsonEstimateMemory(DefaultShortTermMemory):

@@ -17,8 +17,6 @@ from . import mutant_provider
 
 BREAKS = "BUD-009"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_budget.py",)
-SELECT = None
 
 
 class UncheckedBudgetMemory(DefaultShortTermMemory):

@@ -9,8 +9,6 @@ from . import mutant_provider
 
 BREAKS = "CB-001"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_callbacks.py",)
-SELECT = None
 
 
 class DoubleNotifyMemory(DefaultShortTermMemory):

@@ -13,8 +13,6 @@ from . import mutant_provider
 
 BREAKS = "CB-003"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_callbacks.py",)
-SELECT = None
 
 
 class ChattyHealthMemory(DefaultShortTermMemory):

@@ -16,8 +16,6 @@ from . import mutant_provider
 
 BREAKS = "CB-004"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_callbacks.py",)
-SELECT = None
 
 
 class InlineCallbackMemory(DefaultShortTermMemory):

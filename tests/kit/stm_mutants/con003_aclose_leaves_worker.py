@@ -11,8 +11,6 @@ from . import mutant_provider
 
 BREAKS = "CON-003"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_concurrency.py",)
-SELECT = None
 
 
 class LeakyCloseMemory(DefaultShortTermMemory):

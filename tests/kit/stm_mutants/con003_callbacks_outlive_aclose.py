@@ -13,8 +13,6 @@ from . import mutant_provider
 
 BREAKS = "CON-003"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_concurrency.py", "test_callbacks.py")
-SELECT = None
 
 
 class CallbacksOutliveCloseMemory(DefaultShortTermMemory):

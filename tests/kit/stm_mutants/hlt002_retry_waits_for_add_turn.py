@@ -21,8 +21,6 @@ COLLATERAL = {
     "calls keep failing never exhausts them and never becomes DEGRADED",
     "HLT-008": "the HLT-008 check's flush() waits for a retry that is never scheduled",
 }
-SUITE_FILES = ("test_health.py",)
-SELECT = None
 
 
 class _Parked(Exception):

@@ -14,9 +14,11 @@ from reference_impl.types import MemoryHealth
 from . import mutant_provider
 
 BREAKS = "HLT-003"
-COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_health.py",)
-SELECT = None
+COLLATERAL = {
+    "BUD-008": (
+        "estimate_tokens() still counts the pending turns and summary the blanked view leaves out"
+    ),
+}
 
 
 class BlankInRetryMemory(DefaultShortTermMemory):

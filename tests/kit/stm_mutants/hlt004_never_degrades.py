@@ -15,10 +15,6 @@ from . import mutant_provider
 
 BREAKS = "HLT-004"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_health.py",)
-# The HLT-005, HLT-006 and HLT-008 checks first wait (5 s each) for a DEGRADED that never
-# comes; the run is narrowed to the HLT-004 checks to keep the meta-test fast.
-SELECT = "degrades_after_retries or failure_retries"
 
 
 class NeverDegradedMemory(DefaultShortTermMemory):

@@ -16,8 +16,6 @@ from . import mutant_provider
 
 BREAKS = "HLT-005"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_health.py",)
-SELECT = None
 
 
 class UnboundedBacklogMemory(DefaultShortTermMemory):

@@ -16,8 +16,6 @@ from . import mutant_provider
 
 BREAKS = "KEY-001"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_key.py",)
-SELECT = None
 
 
 class SharedHealthMemory(DefaultShortTermMemory):

@@ -17,11 +17,10 @@ from . import mutant_provider
 
 BREAKS = "KEY-001"
 COLLATERAL = {
-    "KEY-002": "test_adversarial_keys_stay_apart is marked KEY-001 and KEY-002; its pair "
-    "('kv:v1:t','u','s') / ('t','u','s') differs only in the tenant",
+    "KEY-002": (
+        "keys that differ only in their tenant share one state, so distinct keys are not kept apart"
+    ),
 }
-SUITE_FILES = ("test_key.py",)
-SELECT = None
 
 
 class TenantBlindMemory(DefaultShortTermMemory):

@@ -16,8 +16,6 @@ from . import reference_provider
 
 BREAKS = "KEY-003"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_key.py",)
-SELECT = None
 
 
 def _resolve_key(

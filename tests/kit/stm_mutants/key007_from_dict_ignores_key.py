@@ -15,8 +15,6 @@ from . import mutant_provider
 
 BREAKS = "KEY-007"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_key.py",)
-SELECT = None
 
 
 class KeyBlindLoadMemory(DefaultShortTermMemory):

@@ -15,9 +15,9 @@ from reference_impl.types import MemoryHealth
 from . import mutant_provider
 
 BREAKS = "SER-002"
-COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_serialization.py",)
-SELECT = "round_trip or failing_health or persist_then_hydrate or probe"
+COLLATERAL = {
+    "SER-004": "a PenguiFlow version-1 state in RETRY loads as HEALTHY",
+}
 
 
 class RetryForgottenMemory(DefaultShortTermMemory):

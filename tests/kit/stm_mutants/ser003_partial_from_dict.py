@@ -15,8 +15,6 @@ from . import mutant_provider
 
 BREAKS = "SER-003"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_serialization.py",)
-SELECT = None
 
 
 class PartialLoadMemory(DefaultShortTermMemory):

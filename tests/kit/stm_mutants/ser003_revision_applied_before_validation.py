@@ -16,8 +16,6 @@ from . import mutant_provider
 
 BREAKS = "SER-003"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_serialization.py",)
-SELECT = "malformed"
 
 
 class RevisionFirstMemory(DefaultShortTermMemory):

@@ -14,8 +14,6 @@ from . import mutant_provider
 
 BREAKS = "SER-004"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_serialization.py",)
-SELECT = None
 
 
 class V2OnlyMemory(DefaultShortTermMemory):

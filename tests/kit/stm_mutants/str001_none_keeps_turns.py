@@ -16,8 +16,6 @@ from . import mutant_provider
 
 BREAKS = "STR-001"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_strategies.py",)
-SELECT = None
 
 
 class NoneKeepsTurnsMemory(DefaultShortTermMemory):

@@ -14,8 +14,6 @@ from . import mutant_provider
 
 BREAKS = "STR-004"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_strategies.py",)
-SELECT = None
 
 
 class DigestAlwaysMemory(DefaultShortTermMemory):

@@ -16,10 +16,6 @@ from . import mutant_provider
 
 BREAKS = "WM-001"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_watermark.py",)
-# Every other check that holds the summarizer would stall for summarizer_timeout_s per
-# add_turn (and change what they observe); the run is narrowed to the WM-001 check.
-SELECT = "test_add_turn_does_not_wait_for_the_summarizer"
 
 
 class BlockingAddTurnMemory(DefaultShortTermMemory):

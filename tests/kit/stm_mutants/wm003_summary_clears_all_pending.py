@@ -15,12 +15,9 @@ from . import mutant_provider
 
 BREAKS = "WM-003"
 COLLATERAL = {
-    "WM-004": "the dropped turns never reach a successful summarizer call (in the WM-004 "
-    "check, flush() then waits for them until the check's deadline)",
-    "WM-006": "the dropped turns are discarded without a summary covering them",
+    "WM-006": "the turns the install drops are discarded without a summary covering them",
+    "WM-007": "flush() waits forever for the dropped turns, which no call will cover",
 }
-SUITE_FILES = ("test_watermark.py",)
-SELECT = None
 
 
 class ClearAllPendingMemory(DefaultShortTermMemory):

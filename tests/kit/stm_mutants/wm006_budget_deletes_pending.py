@@ -16,8 +16,6 @@ from . import mutant_provider
 
 BREAKS = "WM-006"
 COLLATERAL: dict[str, str] = {}
-SUITE_FILES = ("test_watermark.py",)
-SELECT = None
 
 
 class DeletingBudget(Budget):

@@ -14,12 +14,7 @@ from reference_impl.types import ShortTermMemoryConfig
 from . import mutant_provider
 
 BREAKS = "WM-008"
-COLLATERAL = {
-    "HLT-007": "a timeout is one of the invalid outputs of HLT-007; the WM-008 check is "
-    "marked HLT-007 too",
-}
-SUITE_FILES = ("test_watermark.py",)
-SELECT = None
+COLLATERAL: dict[str, str] = {}
 
 
 class NoTimeoutMemory(DefaultShortTermMemory):

@@ -1,0 +1,44 @@
+"""Providers for the kit's meta-tests that are not broken backends.
+
+- :func:`restricted`: the reference backend declaring only ``$STM_TEST_CAPABILITIES``
+  (comma-separated), to show each level is reachable with exactly its capabilities.
+- :data:`broken_reference`: the reference backend after a wrong change to the reference
+  itself (a summary install clears every pending turn). The differential must still catch
+  it: its oracle is the kit's model, not the reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from reference_impl import watermark
+from reference_impl.entries import MemoryState
+from reference_impl.provider import provider as reference_provider
+from stm_conformance.provider import Provider
+
+__all__ = ["broken_reference", "restricted"]
+
+
+def restricted() -> Provider:
+    """The reference provider declaring only the capabilities named by the environment."""
+    names = os.environ.get("STM_TEST_CAPABILITIES", "")
+    capabilities = frozenset(name for name in names.split(",") if name)
+    return dataclasses.replace(
+        reference_provider,
+        name=f"reference-only-{'+'.join(sorted(capabilities)) or 'none'}",
+        capabilities=capabilities,
+    )
+
+
+def broken_reference() -> Provider:
+    """Break the reference module itself, then return the unchanged reference provider."""
+    original = watermark.install
+
+    def install(state: MemoryState, batch: watermark.Batch, summary: str) -> None:
+        original(state, batch, summary)
+        state.pending.clear()  # the wrong change: turns evicted during the call are lost
+        state.visible_from = state.visible_chars = 0
+
+    watermark.install = install
+    return dataclasses.replace(reference_provider, name="reference-broken-in-place")
