@@ -27,7 +27,7 @@ from .types import (
 __all__ = ["STATE_VERSION", "KeyMismatchError", "MemoryStateV2", "dump", "load"]
 
 STATE_VERSION = 2
-SPEC_VERSION = "1.0.0"
+SPEC_VERSION = "1.1.0"
 
 HealthName = Literal["healthy", "retry", "degraded", "recovering"]
 StrategyName = Literal["truncation", "rolling_summary", "none"]

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from reference_impl.types import ConversationTurn, MemoryKey, ShortTermMemoryConfig, Summarizer
+from stm_conformance.contract import ConversationTurn, MemoryKey, ShortTermMemoryConfig, Summarizer
 from stm_conformance.provider import Provider, ProviderError
 
 __all__ = ["PenguiFlowMemory", "provider"]
@@ -123,11 +123,13 @@ def provider() -> Provider:
     A factory rather than a :class:`Provider`, so that ``--stm-backend=penguiflow`` without
     PenguiFlow fails at start-up in one line instead of in every check.
     """
-    _penguiflow()
+    pf = _penguiflow()
     return Provider(
         name="penguiflow",
         create=_create,
         capabilities=frozenset(
             {"truncation", "rolling_summary", "serialization", "persistence", "callbacks"}
         ),
+        # PenguiFlow raises its own class of that name under overflow_policy="error".
+        budget_exceeded_error=pf.MemoryBudgetExceeded,
     )
