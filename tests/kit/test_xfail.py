@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -165,3 +166,34 @@ def test_requirement_id_not_in_the_spec_is_a_usage_error(
         f"requirement ID of the spec{hint}"
     )
     assert expected in result.stderr.lines
+
+
+BLAMED_CHECKS = """
+@req("BUD-004", "BUD-010")
+def test_fails_on_its_first_requirement():
+    assert False, "BUD-004: hid the wrong turn"
+
+
+@req("BUD-004", "BUD-010")
+def test_fails_on_another_requirement():
+    assert False, "BUD-008: the estimate is off"
+"""
+
+
+def test_an_xfail_by_requirement_expects_a_failure_blamed_on_it(
+    fake_suite: FakeSuite, run_pytest: RunPytest, pytester: pytest.Pytester
+) -> None:
+    fake_suite(BLAMED_CHECKS)
+    xfails = pytester.makefile(
+        ".toml", xfails='["BUD-004"]\nreason = "known"\ncategory = "known_bug"\n'
+    )
+    report = pytester.path / "r.json"
+    result = run_pytest(BACKEND, f"--stm-xfail={xfails}", f"--stm-report={report}", "test_fake.py")
+    # Blamed on BUD-004: expected. Blamed on BUD-008: not what the entry expects, a failure.
+    result.assert_outcomes(xfailed=1, failed=1)
+    statuses = {
+        rid: r["status"] for rid, r in json.loads(report.read_text())["requirements"].items()
+    }
+    assert statuses["BUD-004"] == "xfail"
+    assert statuses["BUD-008"] == "fail"
+    assert statuses["BUD-010"] == "inconclusive"
