@@ -19,13 +19,7 @@ from ._session import active_backend
 from .checks import memory_view
 from .contract import MemoryKey, ShortTermMemoryConfig, Summarizer
 from .provider import MemoryFactory, Provider
-from .scripted import (
-    RecordingCallbacks,
-    ScriptedSummarizer,
-    callbacks_running_now,
-    calls_hanging_now,
-    calls_held_now,
-)
+from .scripted import RecordingCallbacks, ScriptedSummarizer
 from .store import KitStateStore
 
 __all__ = [
@@ -69,8 +63,8 @@ def fresh_key() -> MemoryKey:
     return MemoryKey("stm-conformance", "check", uuid.uuid4().hex)
 
 
-#: How long ``add_turn`` may take while a summarizer call is held before the check blames
-#: WM-001 (it waits for the summarizer) rather than its own requirement.
+#: How long ``add_turn`` may take, under ``rolling_summary`` or while the memory's own
+#: callbacks run, before the check blames WM-001 or CB-004 rather than its own requirement.
 ADD_TURN_LIMIT_S = 2.0
 #: How long ``flush`` may take while no summarizer call is held before the check blames
 #: WM-008 (a call hangs) or WM-007 (it waits for turns no call will cover).
@@ -82,17 +76,23 @@ class CheckedMemory:
     backend's own, but two calls carry the preconditions of other requirements, so a check
     that trips on them blames the requirement that broke rather than its own:
 
-    - ``add_turn`` that does not return while a callback is still running: CB-004; while
-      a summarizer call is held: WM-001; after it, the window (BUD-003) and the token
-      limit (BUD-001) must hold, see :func:`~stm_conformance.checks.memory_view`;
+    - ``add_turn`` that does not return within ``ADD_TURN_LIMIT_S`` while one of the
+      memory's own callbacks is still running: CB-004; else, under ``rolling_summary``:
+      WM-001 (nothing else in ``add_turn`` may take that long); after it, the window
+      (BUD-003) and the token limit (BUD-001) must hold, see
+      :func:`~stm_conformance.checks.memory_view`;
     - ``flush`` that returns with a turn still pending that was pending when it was called,
       the memory not degraded: WM-007; that does not return while no summarizer call is
       held: WM-008 if a call hangs (no timeout), else WM-007.
     """
 
-    def __init__(self, memory: Any, config: ShortTermMemoryConfig) -> None:
+    def __init__(self, memory: Any, config: ShortTermMemoryConfig, summarizer: Any = None) -> None:
         self.__dict__["_stm_memory"] = memory
         self.__dict__["_stm_config"] = config
+        #: The memory's summarizer, when it is a ScriptedSummarizer the kit can watch.
+        self.__dict__["_stm_summarizer"] = (
+            summarizer if isinstance(summarizer, ScriptedSummarizer) else None
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stm_memory, name)
@@ -102,20 +102,28 @@ class CheckedMemory:
         task = asyncio.ensure_future(self._stm_memory.add_turn(turn))
         done, _ = await asyncio.wait({task}, timeout=ADD_TURN_LIMIT_S)
         if not done:
-            blocked_on = (
-                "CB-004: add_turn did not return while a callback was still running: "
-                "callbacks must be fire-and-forget"
-                if callbacks_running_now()
-                else "WM-001: add_turn did not return while a summarizer call was held: "
-                "it waits for the summarizer"
-                if calls_held_now()
-                else None
-            )
+            blocked_on = self._blocked_on()
             if blocked_on is not None:
                 task.cancel()
                 raise AssertionError(f"{blocked_on} (waited {ADD_TURN_LIMIT_S:g}s)")
         await task  # slow for another reason: the check's own limits apply
         await memory_view(self)  # the window and the budget hold after every turn
+
+    def _blocked_on(self) -> str | None:
+        """Why this memory's ``add_turn`` may be stuck: its own callbacks, or summarizing."""
+        cfg = self._stm_config
+        hooks = (cfg.on_turn_added, cfg.on_summary_updated, cfg.on_health_changed)
+        if any(getattr(getattr(h, "__self__", None), "running", 0) for h in hooks):
+            return (
+                "CB-004: add_turn did not return while one of its callbacks was still "
+                "running: callbacks must be fire-and-forget"
+            )
+        if cfg.strategy == "rolling_summary":
+            return (
+                "WM-001: add_turn did not return under rolling_summary: it waits for "
+                "summarization (a summarizer call, a retry backoff)"
+            )
+        return None
 
     async def flush(self) -> None:
         """The backend's ``flush``; WM-007 if it returns before the pending turns are in."""
@@ -123,13 +131,14 @@ class CheckedMemory:
         task = asyncio.ensure_future(self._stm_memory.flush())
         while not task.done():
             await asyncio.wait({task}, timeout=FLUSH_LIMIT_S)
-            if task.done() or calls_held_now():
-                continue  # a held call is the check's doing: its own limits apply
+            summarizer = self._stm_summarizer
+            if task.done() or summarizer is None or summarizer.waiting:
+                continue  # a held or unknown summarizer: the check's own limits apply
             task.cancel()
             raise AssertionError(
                 f"WM-008: flush() did not return within {FLUSH_LIMIT_S:g}s while a "
                 "summarizer call hangs: a call must fail after summarizer_timeout_s"
-                if calls_hanging_now()
+                if summarizer.hanging
                 else f"WM-007: flush() did not return within {FLUSH_LIMIT_S:g}s with no "
                 "summarizer call held or hanging: it waits for turns no call will cover"
             )
@@ -164,13 +173,10 @@ class _Memories:
         key: MemoryKey | None = None,
         summarizer: Summarizer | None = None,
     ) -> Any:
-        memory = await self._create(
-            config,
-            fresh_key() if key is None else key,
-            ScriptedSummarizer() if summarizer is None else summarizer,
-        )
+        summarizer = ScriptedSummarizer() if summarizer is None else summarizer
+        memory = await self._create(config, fresh_key() if key is None else key, summarizer)
         self._created.append(memory)
-        return CheckedMemory(memory, config)
+        return CheckedMemory(memory, config, summarizer)
 
     async def close_all(self) -> None:
         failures: list[str] = []

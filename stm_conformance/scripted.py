@@ -8,44 +8,13 @@ from __future__ import annotations
 
 import copy
 import time
-import weakref
 from collections import deque
 from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
 import anyio
 
-__all__ = [
-    "FailureMode",
-    "RecordingCallbacks",
-    "ScriptedSummarizer",
-    "callbacks_running_now",
-    "calls_hanging_now",
-    "calls_held_now",
-]
-
-#: Every live summarizer, to tell whether some call is blocked by a hold right now.
-_LIVE: weakref.WeakSet[ScriptedSummarizer] = weakref.WeakSet()
-
-
-def calls_held_now() -> int:
-    """How many summarizer calls are blocked by :meth:`ScriptedSummarizer.hold` right now."""
-    return sum(summarizer.waiting for summarizer in list(_LIVE))
-
-
-def calls_hanging_now() -> int:
-    """How many summarizer calls hang (failure mode ``hang``) right now."""
-    return sum(summarizer.hanging for summarizer in list(_LIVE))
-
-
-#: Every live set of recording callbacks, to tell whether a slow one is running right now.
-_LIVE_CALLBACKS: weakref.WeakSet[RecordingCallbacks] = weakref.WeakSet()
-
-
-def callbacks_running_now() -> int:
-    """How many :class:`RecordingCallbacks` callbacks are inside their delay right now."""
-    return sum(callbacks.running for callbacks in list(_LIVE_CALLBACKS))
-
+__all__ = ["FailureMode", "RecordingCallbacks", "ScriptedSummarizer"]
 
 #: How a scripted call fails: ``raise`` (``RuntimeError``), ``not_mapping`` (returns a list),
 #: ``no_summary`` (``{"text": ...}``), ``non_string`` (``{"summary": 123}``), ``oversize``
@@ -114,7 +83,6 @@ class ScriptedSummarizer:
         self.waiting = 0
         #: Calls currently hanging in ``hang`` mode.
         self.hanging = 0
-        _LIVE.add(self)
         self._queued: deque[FailureMode] = deque()
         self._always: FailureMode | None = None
         self._called = _Waiters()
@@ -245,7 +213,6 @@ class RecordingCallbacks:
         self.health: list[tuple[str, str]] = []
         #: Callbacks currently inside their ``delay_s``.
         self.running = 0
-        _LIVE_CALLBACKS.add(self)
         self._changed = _Waiters()
 
     async def on_turn_added(self, turn: Any) -> None:

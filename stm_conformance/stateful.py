@@ -395,9 +395,15 @@ class MemoryDifferential(RuleBasedStateMachine):
             )
 
         view, health, tokens = self._run(observe())
-        found = self.step.problem or diagnose(self.model, view, health, tokens, self.step)
-        if found is None and self.step.timeout is not None:
-            found = self.step.timeout
+        # An add_turn that did not return explains whatever follows it; a flush that did
+        # not return is judged after the view, which tells what it was waiting for.
+        stuck = self.step.timeout if self.step.name == "add_turn" else None
+        found = (
+            self.step.problem
+            or stuck
+            or diagnose(self.model, view, health, tokens, self.step)
+            or self.step.timeout
+        )
         if found is not None:
             requirement, message = found
             raise Divergence(

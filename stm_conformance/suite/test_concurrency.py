@@ -78,7 +78,7 @@ async def test_aclose_cancels_background_work(stm_provider, scripted_summarizer)
     callbacks = "callbacks" in stm_provider.capabilities
     cfg = config(full_zone_turns=1, **(slow.config_kwargs() if callbacks else {}))
     raw = await stm_provider.create(cfg, MemoryKey("t", "u", "close"), scripted_summarizer)
-    memory = CheckedMemory(raw, cfg)  # blames a blocking add_turn on WM-001 or CB-004
+    memory = CheckedMemory(raw, cfg, scripted_summarizer)  # a blocking add_turn: WM-001/CB-004
     if not hasattr(raw, "aclose"):
         pytest.skip("backend has no aclose()")
     scripted_summarizer.hold()
