@@ -7,15 +7,16 @@ stores and the backend's own resources all live on the same loop.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
-import anyio
 import pytest
 
 from reference_impl.types import MemoryKey, ShortTermMemoryConfig, Summarizer
 
+from ._deadline import CLOSE_TIMEOUT_S, CheckTimeout, leftover_tasks, run_guarded, settle_tasks
 from ._session import active_backend
 from .provider import MemoryFactory, Provider
 from .scripted import RecordingCallbacks, ScriptedSummarizer
@@ -34,8 +35,16 @@ __all__ = [
     "stm_store",
 ]
 
-#: Longest a provider may take to close one memory or store at teardown.
-CLOSE_TIMEOUT_S = 10.0
+
+def _close_limit(config: pytest.Config) -> float:
+    """:data:`CLOSE_TIMEOUT_S`, or ``--stm-timeout`` when that is shorter (and not 0)."""
+    timeout = float(config.getoption("stm_timeout", None) or 0)
+    return min(CLOSE_TIMEOUT_S, timeout) if timeout > 0 else CLOSE_TIMEOUT_S
+
+
+async def _bounded(coro: Awaitable[Any], seconds: float, what: str) -> Any:
+    """``coro`` within ``seconds``; abandoned, failing, when it hangs or blocks the loop."""
+    return await run_guarded(coro, seconds=seconds, what=what)
 
 
 class MakeMemory(Protocol):
@@ -60,9 +69,12 @@ def fresh_key() -> MemoryKey:
 class _Memories:
     """Creates memories through one provider factory and closes them all at the end."""
 
-    def __init__(self, create: MemoryFactory, close: Callable[[Any], Awaitable[None]]) -> None:
+    def __init__(
+        self, create: MemoryFactory, close: Callable[[Any], Awaitable[None]], limit: float
+    ) -> None:
         self._create = create
         self._close = close
+        self._limit = limit
         self._created: list[Any] = []
 
     async def make(
@@ -86,9 +98,8 @@ class _Memories:
         while self._created:
             memory = self._created.pop()
             try:
-                with anyio.fail_after(CLOSE_TIMEOUT_S):
-                    await self._close(memory)
-            except Exception as exc:
+                await _bounded(self._close(memory), self._limit, "closing a memory at teardown")
+            except (Exception, CheckTimeout) as exc:
                 failures.append(f"{type(exc).__name__}: {exc}")
                 first = first or exc
         if failures:
@@ -118,22 +129,29 @@ def stm_capabilities(stm_provider: Provider) -> frozenset[str]:
 @pytest.fixture(scope="session", autouse=True)
 async def _stm_lifespan(stm_provider: Provider, anyio_backend: str) -> AsyncIterator[None]:
     """Run the provider's lifespan around the session (and keep one event loop open)."""
-    if stm_provider.lifespan is None:
-        yield
-        return
-    async with stm_provider.lifespan():
-        yield
+    lifespan: contextlib.AbstractAsyncContextManager[Any] = (
+        contextlib.nullcontext() if stm_provider.lifespan is None else stm_provider.lifespan()
+    )
+    try:
+        async with lifespan:
+            yield
+    finally:
+        # Tasks the checks left behind end before the event loop does: its shutdown would
+        # wait forever for one that ignores cancellation.
+        await settle_tasks(leftover_tasks())
 
 
 @pytest.fixture
-async def make_memory(stm_provider: Provider, anyio_backend: str) -> AsyncIterator[MakeMemory]:
+async def make_memory(
+    stm_provider: Provider, anyio_backend: str, pytestconfig: pytest.Config
+) -> AsyncIterator[MakeMemory]:
     """``await make_memory(config, *, key=None, summarizer=None)`` -> a fresh memory.
 
     The default key is new for every call and the default summarizer a fresh
     :class:`~stm_conformance.scripted.ScriptedSummarizer`. Every memory made is closed at
     teardown (``Provider.close``, else ``aclose()``) on the check's event loop.
     """
-    memories = _Memories(stm_provider.create, stm_provider.dispose)
+    memories = _Memories(stm_provider.create, stm_provider.dispose, _close_limit(pytestconfig))
     try:
         yield memories.make
     finally:
@@ -141,14 +159,16 @@ async def make_memory(stm_provider: Provider, anyio_backend: str) -> AsyncIterat
 
 
 @pytest.fixture
-async def make_peer(stm_provider: Provider, anyio_backend: str) -> AsyncIterator[MakeMemory]:
+async def make_peer(
+    stm_provider: Provider, anyio_backend: str, pytestconfig: pytest.Config
+) -> AsyncIterator[MakeMemory]:
     """Like ``make_memory`` but through ``Provider.create_peer`` (skips when there is none)."""
     if stm_provider.create_peer is None:
         pytest.skip(
             "backend provides no create_peer (a second instance on one key is needed to "
             "check shared state)"
         )
-    memories = _Memories(stm_provider.create_peer, stm_provider.dispose)
+    memories = _Memories(stm_provider.create_peer, stm_provider.dispose, _close_limit(pytestconfig))
     try:
         yield memories.make
     finally:
@@ -156,24 +176,27 @@ async def make_peer(stm_provider: Provider, anyio_backend: str) -> AsyncIterator
 
 
 @pytest.fixture
-async def stm_store(stm_provider: Provider, anyio_backend: str) -> AsyncIterator[Any]:
+async def stm_store(
+    stm_provider: Provider, anyio_backend: str, pytestconfig: pytest.Config
+) -> AsyncIterator[Any]:
     """A fresh store: ``await Provider.make_store()``, else ``stm_stores.InMemoryStateStore()``.
 
-    A store made by the provider is closed at teardown when it has ``aclose()``.
+    A store made by the provider is closed at teardown when it has ``aclose()``; making and
+    closing it each have :data:`CLOSE_TIMEOUT_S` (or ``--stm-timeout`` when shorter).
     """
     if stm_provider.make_store is None:
         from stm_stores import InMemoryStateStore
 
         yield InMemoryStateStore()
         return
-    store = await stm_provider.make_store()
+    limit = _close_limit(pytestconfig)
+    store = await _bounded(stm_provider.make_store(), limit, "Provider.make_store()")
     try:
         yield store
     finally:
         aclose = getattr(store, "aclose", None)
         if aclose is not None:
-            with anyio.fail_after(CLOSE_TIMEOUT_S):
-                await aclose()
+            await _bounded(aclose(), limit, "closing a store at teardown")
 
 
 @pytest.fixture

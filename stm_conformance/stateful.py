@@ -30,6 +30,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from reference_impl.memory import DefaultShortTermMemory
 from reference_impl.types import MemoryKey, ShortTermMemoryConfig
 
+from ._deadline import CLOSE_TIMEOUT_S, close_runner, run_bounded
 from .checks import config, turn
 from .provider import Provider
 from .scripted import ScriptedSummarizer
@@ -78,7 +79,7 @@ class MemoryDifferential(RuleBasedStateMachine):
         self.turns = 0
 
     def _run(self, coro: Any) -> Any:
-        return self.runner.run(coro)
+        return run_bounded(self.runner, coro)
 
     def _both(self, method: str) -> None:
         async def go() -> None:
@@ -176,6 +177,6 @@ class MemoryDifferential(RuleBasedStateMachine):
             await self.ref.aclose()
 
         try:
-            self._run(go())
+            run_bounded(self.runner, go(), seconds=CLOSE_TIMEOUT_S, what="teardown")
         finally:
-            self.runner.close()
+            close_runner(self.runner)
