@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import math
 import os
 import selectors
 import signal
@@ -50,7 +51,6 @@ __all__ = [
     "CANCEL_GRACE_S",
     "CLOSE_TIMEOUT_S",
     "DEADLOCK_S",
-    "ADD_TURN_WAIT_S",
     "Hop",
     "Stuck",
     "IGNORED_CANCEL_S",
@@ -60,6 +60,7 @@ __all__ = [
     "close_runner",
     "coroutine_stack",
     "kit_probe",
+    "noting_callers",
     "leftover_tasks",
     "remaining",
     "run_bounded",
@@ -78,8 +79,6 @@ CANCEL_GRACE_S = 0.5
 CLOSE_TIMEOUT_S = 10.0
 #: How long a check may wait, through the backend, on a summarizer call it holds itself.
 DEADLOCK_S = 0.5
-#: How long ``add_turn`` may wait on another task (the backend's background work: WM-001).
-ADD_TURN_WAIT_S = 1.0
 #: How long an operation may go on after it was cancelled (by the check's own time limit,
 #: say) before it is taken as ignoring cancellation.
 IGNORED_CANCEL_S = 2.0
@@ -99,6 +98,8 @@ _ASYNCIO_DIR = os.path.dirname(asyncio.__file__) + os.sep
 _SELECTORS_FILE = selectors.__file__
 _HANDLE_RUN = asyncio.Handle._run.__code__
 _SPAWNED: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+#: Tasks that have called a summarizer wrapped by :func:`noting_callers`.
+_SUMMARIZING: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
 
 class CheckTimeout(OutcomeException):
@@ -153,9 +154,10 @@ def check_deadline(seconds: float | None) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Hop:
-    """In an await chain: the task before it awaits the task named here."""
+    """In an await chain: the task before it awaits ``task``."""
 
     name: str
+    task: asyncio.Task[Any] = field(compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -177,13 +179,13 @@ async def run_guarded(
     seconds: float | None,
     what: str,
     probe: Probe | None = None,
-    block_s: float = BLOCK_THRESHOLD_S,
+    block_s: float | None = None,
     limit: str = "",
 ) -> T:
     """Run ``coro`` in a child task and return its result within ``seconds``.
 
     ``what`` names the operation in failure messages, ``limit`` where ``seconds`` comes
-    from (e.g. ``" (--stm-timeout)"``).
+    from (e.g. ``" (--stm-timeout)"``); ``block_s`` defaults to :data:`BLOCK_THRESHOLD_S`.
 
     Raises:
         CheckTimeout: the time passed, the task was cancelled (by its own code) and still
@@ -211,7 +213,7 @@ async def _guard(
     seconds: float | None,
     what: str,
     probe: Probe | None,
-    block_s: float,
+    block_s: float | None,
     limit: str,
 ) -> T:
     __tracebackhide__ = True
@@ -223,8 +225,8 @@ async def _guard(
         if not woken.done():
             woken.set_result(None)
 
-    block_s = block_s if seconds is None else min(block_s, seconds)
-    watch = _Watch(loop, threading.get_ident(), block_s, asyncio.current_task(), wake)
+    blocked_after = min(seconds or math.inf, BLOCK_THRESHOLD_S if block_s is None else block_s)
+    watch = _Watch(loop, threading.get_ident(), blocked_after, asyncio.current_task(), wake)
     deadline = None if seconds is None else loop.time() + seconds
     deadlocked_since: float | None = None
     stuck: Stuck | None = None
@@ -268,7 +270,7 @@ async def _guard(
     if watch.blocked is None and task.done() and not _raised(task, LoopBlocked):
         return task.result()
     if watch.blocked is not None or _raised(task, LoopBlocked):
-        reason = f"{BLOCKED} (no callback ran for {block_s:g}s)"
+        reason = f"{BLOCKED} (no callback ran for {blocked_after:g}s)"
         stack = watch.blocked or "(no stack captured)"
         where = "stack of the event loop's thread when the block was detected"
     else:
@@ -422,7 +424,7 @@ def _await_chain(task: asyncio.Task[Any]) -> list[FrameType | Hop]:
                     following = child
                     break
         if following is not None:
-            chain.append(Hop(following.get_name()))
+            chain.append(Hop(following.get_name(), following))
         current = following
     return chain
 
@@ -450,41 +452,55 @@ def coroutine_stack(task: asyncio.Task[Any]) -> str:
     return "".join(parts[-_MAX_FRAMES:]) or "  (no Python frame: the task awaits a future)\n"
 
 
+def noting_callers(summarizer: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Any]:
+    """``summarizer``, noting the tasks that call it (for :func:`kit_probe`)."""
+
+    async def summarize(payload: Any) -> Any:
+        task = asyncio.current_task()
+        if task is not None:
+            _SUMMARIZING.add(task)
+        return await summarizer(payload)
+
+    return summarize
+
+
 def kit_probe(chain: list[FrameType | Hop]) -> Stuck | None:
     """The kit's :data:`Probe`: an operation that waits on what only the check can end.
 
-    - a held ``ScriptedSummarizer`` call (only the check releases it), or a kit callback
-      (``RecordingCallbacks``) awaited inside ``add_turn`` (CB-004): stuck after
-      :data:`DEADLOCK_S`;
-    - another task, from inside ``add_turn``: ``add_turn`` waits for the backend's
-      background work (WM-001), which a check may hold or fail at will: stuck after
-      :data:`ADD_TURN_WAIT_S`.
+    Stuck after :data:`DEADLOCK_S`, when the chain holds
+    - a held ``ScriptedSummarizer`` call: only the check releases it;
+    - ``add_turn``, and below it a summarizer call or a task that called a summarizer
+      the kit gave the backend (:func:`noting_callers`): ``add_turn`` waits for the
+      summarizer (WM-001), which the check may hold or fail at will;
+    - ``add_turn``, and below it a kit callback (``RecordingCallbacks``): ``add_turn``
+      awaits a callback (CB-004), which the check may slow down at will.
     """
     from .scripted import RecordingCallbacks, ScriptedSummarizer
 
+    task: asyncio.Task[Any] | None = None  # the task of the frames walked, once known
+    waits_for_summarizer = False
     in_add_turn = False
-    hop: Hop | None = None
     for item in chain:
         if isinstance(item, Hop):
-            hop = hop or (item if in_add_turn else None)
+            task = item.task
+            waits_for_summarizer = waits_for_summarizer or (in_add_turn and task in _SUMMARIZING)
             continue
-        owner = item.f_locals.get("self") if item.f_code.co_name != "add_turn" else None
-        if isinstance(owner, ScriptedSummarizer) and item.f_code.co_name == "__call__":
+        name = item.f_code.co_name
+        owner = item.f_locals.get("self") if name != "add_turn" else None
+        if isinstance(owner, ScriptedSummarizer) and name == "__call__":
             if owner.held:
                 return Stuck(
                     "a summarizer call the check holds (ScriptedSummarizer.hold()), "
                     "which only the check can release",
                     DEADLOCK_S,
                 )
+            waits_for_summarizer = waits_for_summarizer or in_add_turn
         elif isinstance(owner, RecordingCallbacks) and in_add_turn:
-            return Stuck(f"the callback {item.f_code.co_name}, awaited inside add_turn", DEADLOCK_S)
-        elif item.f_code.co_name == "add_turn":
+            return Stuck(f"the callback {name}, awaited inside add_turn", DEADLOCK_S)
+        elif name == "add_turn":
             in_add_turn = True
-    if hop is not None:
-        return Stuck(
-            f"task {hop.name!r} from inside add_turn: add_turn waits for background work",
-            ADD_TURN_WAIT_S,
-        )
+    if waits_for_summarizer:
+        return Stuck("the summarizer, from inside add_turn", DEADLOCK_S)
     return None
 
 

@@ -16,7 +16,14 @@ import pytest
 
 from reference_impl.types import MemoryKey, ShortTermMemoryConfig, Summarizer
 
-from ._deadline import CLOSE_TIMEOUT_S, CheckTimeout, leftover_tasks, run_guarded, settle_tasks
+from ._deadline import (
+    CLOSE_TIMEOUT_S,
+    CheckTimeout,
+    leftover_tasks,
+    noting_callers,
+    run_guarded,
+    settle_tasks,
+)
 from ._session import active_backend
 from .provider import MemoryFactory, Provider
 from .scripted import RecordingCallbacks, ScriptedSummarizer
@@ -87,7 +94,7 @@ class _Memories:
         memory = await self._create(
             config,
             fresh_key() if key is None else key,
-            ScriptedSummarizer() if summarizer is None else summarizer,
+            noting_callers(ScriptedSummarizer() if summarizer is None else summarizer),
         )
         self._created.append(memory)
         return memory
