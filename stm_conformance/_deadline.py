@@ -84,6 +84,8 @@ DEADLOCK_S = 0.5
 IGNORED_CANCEL_S = 2.0
 #: How often the watchdog pings the loop, and how often a waiting guard looks at its task.
 _POLL_S = 0.05
+#: A watchdog tick this late means the process was starved: block measurements restart.
+_STARVED_S = 0.5
 _LOOK_S = 0.1
 #: Frames of the stacks shown in failure messages (the innermost ones).
 _MAX_FRAMES = 30
@@ -227,6 +229,8 @@ async def _guard(
 
     blocked_after = min(seconds or math.inf, BLOCK_THRESHOLD_S if block_s is None else block_s)
     watch = _Watch(loop, threading.get_ident(), blocked_after, asyncio.current_task(), wake)
+    if seconds is not None:
+        watch.deadline = time.monotonic() + seconds
     deadline = None if seconds is None else loop.time() + seconds
     deadlocked_since: float | None = None
     stuck: Stuck | None = None
@@ -270,7 +274,7 @@ async def _guard(
     if watch.blocked is None and task.done() and not _raised(task, LoopBlocked):
         return task.result()
     if watch.blocked is not None or _raised(task, LoopBlocked):
-        reason = f"{BLOCKED} (no callback ran for {blocked_after:g}s)"
+        reason = f"{BLOCKED} (no callback ran for {watch.blocked_for or blocked_after:.2g}s)"
         stack = watch.blocked or "(no stack captured)"
         where = "stack of the event loop's thread when the block was detected"
     else:
@@ -534,8 +538,11 @@ class _Watch:
     sent: int = 0
     answered: int = 0
     sent_at: float = 0.0
-    #: The stack of the loop's thread, once the loop is found blocked.
+    #: The stack of the loop's thread, once the loop is found blocked, and for how long.
     blocked: str | None = None
+    blocked_for: float = 0.0
+    #: When the guard's time is up (``time.monotonic()``), if it has a limit.
+    deadline: float | None = None
     next_interrupt: float = 0.0
     #: An interrupt waits to be raised in the watched thread.
     pending: BaseException | None = None
@@ -600,11 +607,19 @@ class _Watchdog:
         return self._previous_handler
 
     def _run(self) -> None:
+        last = time.monotonic()
         while True:
             self._active.wait()
             time.sleep(_POLL_S)
             with self._lock:
                 watches = list(self._watches)
+            now = time.monotonic()
+            if now - last > _STARVED_S:
+                # This thread did not run for a while: the whole process was starved (a
+                # loaded machine), not just the loop. Measure afresh.
+                for watch in watches:
+                    watch.sent_at = max(watch.sent_at, now)
+            last = now
             for watch in watches:
                 try:
                     self._tick(watch)
@@ -633,7 +648,13 @@ class _Watchdog:
         if now - watch.sent_at < watch.block_s:
             return
         if watch.blocked is None:
-            watch.blocked = _blocked_stack(sys._current_frames().get(watch.thread_id))
+            frame = sys._current_frames().get(watch.thread_id)
+            if _runs_hypothesis(frame) and (watch.deadline is None or now < watch.deadline):
+                # The check runs a synchronous hypothesis test in the loop: kit code
+                # that may take long; only the guard's deadline stops it.
+                return
+            watch.blocked = _blocked_stack(frame)
+            watch.blocked_for = now - watch.sent_at
             if watch.on_blocked is not None:
                 with contextlib.suppress(RuntimeError):
                     watch.loop.call_soon_threadsafe(watch.on_blocked)
@@ -688,7 +709,25 @@ def _on_interrupt_signal(signum: int, frame: FrameType | None) -> None:
         return  # the watchdog tries again shortly
     exc, watch.pending = watch.pending, None
     if exc is not None:
+        if watch.loop is not None:
+            task = asyncio.current_task()
+            if task is not None:  # the guard reports the block: not "never retrieved"
+                task.add_done_callback(_retrieve)
         raise exc
+
+
+def _runs_hypothesis(frame: FrameType | None) -> bool:
+    """Whether the callback the loop runs is inside a hypothesis run (between ``frame``
+    and the loop's ``Handle._run``)."""
+    import hypothesis
+
+    package = os.path.dirname(hypothesis.__file__) + os.sep
+    f = frame
+    while f is not None and f.f_code is not _HANDLE_RUN:
+        if f.f_code.co_filename.startswith(package):
+            return True
+        f = f.f_back
+    return False
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -11,6 +11,8 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stm_conformance import _deadline
 from stm_conformance._deadline import (
@@ -136,6 +138,21 @@ def test_a_background_task_blocking_the_loop_fails_the_operation() -> None:
     message, took = _guarded(waits_while_a_task_spins(), seconds=30)
     assert BLOCKED in message and "in _spin" in message
     assert took < 3
+
+
+def test_a_hypothesis_run_of_the_check_itself_may_keep_the_loop() -> None:
+    @settings(max_examples=6, deadline=None, database=None)
+    @given(st.integers())
+    def slow(n: int) -> None:
+        time.sleep(0.1)
+
+    async def runs_hypothesis() -> str:
+        slow()
+        return "done"
+
+    started = time.monotonic()
+    assert asyncio.run(run_guarded(runs_hypothesis(), seconds=10, what="op")) == "done"
+    assert time.monotonic() - started > _deadline.BLOCK_THRESHOLD_S
 
 
 def test_a_loop_off_the_main_thread_is_interrupted_too() -> None:
