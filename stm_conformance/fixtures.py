@@ -155,8 +155,11 @@ async def make_memory(
     """``await make_memory(config, *, key=None, summarizer=None)`` -> a fresh memory.
 
     The default key is new for every call and the default summarizer a fresh
-    :class:`~stm_conformance.scripted.ScriptedSummarizer`. Every memory made is closed at
-    teardown (``Provider.close``, else ``aclose()``) on the check's event loop.
+    :class:`~stm_conformance.scripted.ScriptedSummarizer`; the backend receives it wrapped
+    in a function that notes which tasks call it (so that a check stuck in ``add_turn``
+    waiting for the summarizer is told apart quickly). Every memory made is closed at
+    teardown (``Provider.close``, else ``aclose()``) on the check's event loop, each within
+    :data:`CLOSE_TIMEOUT_S` (or ``--stm-timeout`` when shorter).
     """
     memories = _Memories(stm_provider.create, stm_provider.dispose, _close_limit(pytestconfig))
     try:
