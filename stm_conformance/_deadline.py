@@ -164,10 +164,23 @@ class Hop:
 
 @dataclass(frozen=True)
 class Stuck:
-    """A probe's finding: the operation waits on ``on``; decide after ``after_s``."""
+    """A probe's finding: why the operation cannot finish; decided after ``after_s``."""
 
-    on: str
+    why: str
     after_s: float
+
+
+def _ignoring_cancellation(task: asyncio.Task[Any], chain: list[FrameType | Hop]) -> Stuck | None:
+    """``task``, or a task it awaits, was cancelled and goes on: it ignores cancellation."""
+    ignored = (
+        f"still running {IGNORED_CANCEL_S:g}s after it was cancelled: the cancellation is ignored"
+    )
+    if task.cancelling():
+        return Stuck(ignored, IGNORED_CANCEL_S)
+    for item in chain:
+        if isinstance(item, Hop) and item.task.cancelling() and not item.task.done():
+            return Stuck(f"waiting on task {item.name!r}, {ignored}", IGNORED_CANCEL_S)
+    return None
 
 
 #: Looks at where a guarded task waits (its frames, outermost first, and hops into the
@@ -190,9 +203,9 @@ async def run_guarded(
     from (e.g. ``" (--stm-timeout)"``); ``block_s`` defaults to :data:`BLOCK_THRESHOLD_S`.
 
     Raises:
-        CheckTimeout: the time passed, the task was cancelled (by its own code) and still
-            runs after :data:`IGNORED_CANCEL_S`, or ``probe`` found it waiting on something
-            only the caller could end (*awaited forever*); or the
+        CheckTimeout: the time passed, the task (or a task it awaits) was cancelled and
+            still runs after :data:`IGNORED_CANCEL_S`, or ``probe`` found it waiting on
+            something only the caller could end (*awaited forever*); or the
             event loop was blocked for ``block_s`` (*blocked the event loop*).
     """
     __tracebackhide__ = True
@@ -232,9 +245,8 @@ async def _guard(
     if seconds is not None:
         watch.deadline = time.monotonic() + seconds
     deadline = None if seconds is None else loop.time() + seconds
-    deadlocked_since: float | None = None
     stuck: Stuck | None = None
-    cancelled_since: float | None = None
+    stuck_since = 0.0
     reason: str | None = None
     stack = ""
     try:
@@ -249,22 +261,14 @@ async def _guard(
                 if task.done():
                     break
                 now = loop.time()
-                if not task.cancelling():
-                    cancelled_since = None
-                elif cancelled_since is None:
-                    cancelled_since = now
-                elif now - cancelled_since >= IGNORED_CANCEL_S:
-                    reason = (
-                        f"{AWAITED_FOREVER} (still running {IGNORED_CANCEL_S:g}s after it was "
-                        "cancelled: the cancellation is ignored)"
-                    )
-                    break
-                found = None if probe is None else probe(_await_chain(task))
-                if found is None or found != stuck:
-                    deadlocked_since = now if found is not None else None
-                    stuck = found
-                elif deadlocked_since is not None and now - deadlocked_since >= found.after_s:
-                    reason = f"{AWAITED_FOREVER} (waiting on {found.on})"
+                chain = _await_chain(task)
+                found = _ignoring_cancellation(task, chain)
+                if found is None and probe is not None:
+                    found = probe(chain)
+                if found != stuck:
+                    stuck, stuck_since = found, now
+                elif found is not None and now - stuck_since >= found.after_s:
+                    reason = f"{AWAITED_FOREVER} ({found.why})"
                     break
             if reason is not None:
                 stack = coroutine_stack(task)
@@ -494,17 +498,17 @@ def kit_probe(chain: list[FrameType | Hop]) -> Stuck | None:
         if isinstance(owner, ScriptedSummarizer) and name == "__call__":
             if owner.held:
                 return Stuck(
-                    "a summarizer call the check holds (ScriptedSummarizer.hold()), "
+                    "waiting on a summarizer call the check holds (ScriptedSummarizer.hold()), "
                     "which only the check can release",
                     DEADLOCK_S,
                 )
             waits_for_summarizer = waits_for_summarizer or in_add_turn
         elif isinstance(owner, RecordingCallbacks) and in_add_turn:
-            return Stuck(f"the callback {name}, awaited inside add_turn", DEADLOCK_S)
+            return Stuck(f"waiting on the callback {name}, awaited inside add_turn", DEADLOCK_S)
         elif name == "add_turn":
             in_add_turn = True
     if waits_for_summarizer:
-        return Stuck("the summarizer, from inside add_turn", DEADLOCK_S)
+        return Stuck("waiting on the summarizer, from inside add_turn", DEADLOCK_S)
     return None
 
 

@@ -19,7 +19,6 @@ FAILS = "CON-003"
 REASON = AWAITED_FOREVER
 CHECK = "test_aclose_cancels_background_work"
 WALL_S = 180
-LOW_TIMEOUT = True
 
 
 def _uncancellable(summarizer: Any) -> Any:
