@@ -384,12 +384,13 @@ def run_bounded(
 ) -> T:
     """``runner.run(coro)``, guarded like :func:`run_guarded`.
 
-    ``seconds`` defaults to the running check's remaining time; without a check deadline
+    ``seconds`` defaults to the running check's remaining time. Without a check deadline
     (``--stm-timeout 0``, or outside the kit) ``coro`` runs unguarded.
     """
-    left = remaining() if seconds is None else seconds
+    left = remaining()
     if left is None:
         return runner.run(coro)
+    left = left if seconds is None else seconds
     note = " (--stm-timeout)" if seconds is None else ""
     guarded = run_guarded(coro, seconds=left, what=what, probe=kit_probe, limit=note)
     return runner.run(guarded)

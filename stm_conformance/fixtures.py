@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
+import anyio
 import pytest
 
 from reference_impl.types import MemoryKey, ShortTermMemoryConfig, Summarizer
@@ -43,14 +44,21 @@ __all__ = [
 ]
 
 
-def _close_limit(config: pytest.Config) -> float:
-    """:data:`CLOSE_TIMEOUT_S`, or ``--stm-timeout`` when that is shorter (and not 0)."""
+def _close_limit(config: pytest.Config) -> float | None:
+    """:data:`CLOSE_TIMEOUT_S`, or ``--stm-timeout`` when shorter; ``None`` when that is 0."""
     timeout = float(config.getoption("stm_timeout", None) or 0)
-    return min(CLOSE_TIMEOUT_S, timeout) if timeout > 0 else CLOSE_TIMEOUT_S
+    return min(CLOSE_TIMEOUT_S, timeout) if timeout > 0 else None
 
 
-async def _bounded(coro: Awaitable[Any], seconds: float, what: str) -> Any:
-    """``coro`` within ``seconds``; abandoned, failing, when it hangs or blocks the loop."""
+async def _bounded(coro: Awaitable[Any], seconds: float | None, what: str) -> Any:
+    """``coro`` within ``seconds``; abandoned, failing, when it hangs or blocks the loop.
+
+    With ``--stm-timeout 0`` (``seconds`` is ``None``) only a plain time limit applies,
+    to closing: no watchdog, so that a debugger may stop in the backend.
+    """
+    if seconds is None:
+        with anyio.fail_after(CLOSE_TIMEOUT_S):
+            return await coro
     return await run_guarded(coro, seconds=seconds, what=what)
 
 
@@ -77,7 +85,7 @@ class _Memories:
     """Creates memories through one provider factory and closes them all at the end."""
 
     def __init__(
-        self, create: MemoryFactory, close: Callable[[Any], Awaitable[None]], limit: float
+        self, create: MemoryFactory, close: Callable[[Any], Awaitable[None]], limit: float | None
     ) -> None:
         self._create = create
         self._close = close
@@ -200,7 +208,8 @@ async def stm_store(
         yield InMemoryStateStore()
         return
     limit = _close_limit(pytestconfig)
-    store = await _bounded(stm_provider.make_store(), limit, "Provider.make_store()")
+    making = stm_provider.make_store()
+    store = await (making if limit is None else _bounded(making, limit, "Provider.make_store()"))
     try:
         yield store
     finally:
