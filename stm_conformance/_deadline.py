@@ -17,10 +17,17 @@ of the backend, never inside the event loop's own machinery or the task running 
 guard, so the loop survives; the guard then fails with *did not return: blocked the event
 loop* and the stack at the moment the block was detected.
 
-A guard can also decide early that an operation can never finish (:func:`kit_probe`): a
-check that waits, through the backend, on a summarizer call the check itself holds is
-deadlocked, and fails after :data:`DEADLOCK_S` instead of the whole time limit; so is an
-operation cancelled by the check's own time limit that goes on for :data:`IGNORED_CANCEL_S`.
+The interrupt is a signal (``SIGUSR2``) whose handler the kit installs once, in the main
+thread; it raises only when an interrupt is pending and otherwise passes the signal on to
+the handler it replaced. A block inside a hypothesis run of the check itself (kit code)
+waits for the guard's deadline, and a watchdog that was not scheduled for a while (a
+starved process) starts its measurement again.
+
+A guard also decides early that an operation can never finish, instead of waiting for the
+whole time limit: when the operation, or a task it awaits, was cancelled and still runs
+after :data:`IGNORED_CANCEL_S`; and, with :func:`kit_probe`, when it waits on a summarizer
+call the check holds, or ``add_turn`` waits on the summarizer or a kit callback
+(:data:`DEADLOCK_S`). The kit's knobs are the module constants below.
 """
 
 from __future__ import annotations
@@ -117,6 +124,9 @@ class CheckTimeout(OutcomeException):
 
 class LoopBlocked(CheckTimeout):
     """Raised by the watchdog inside backend code that blocks the event loop."""
+
+    def __init__(self, message: str = "") -> None:  # raised by class off the main thread
+        super().__init__(message or f"{BLOCKED}: interrupted by the conformance kit's watchdog")
 
 
 # -- the check's deadline ---------------------------------------------------------------
@@ -665,21 +675,23 @@ class _Watchdog:
                     watch.loop.call_soon_threadsafe(watch.on_blocked)
         if now >= watch.next_interrupt:
             watch.next_interrupt = now + 0.2
-            message = f"{BLOCKED}: interrupted by the conformance kit's watchdog"
-            self._interrupt(watch, LoopBlocked(message))
+            self._interrupt(watch, LoopBlocked())
 
     def _interrupt(self, watch: _Watch, exc: BaseException) -> None:
-        watch.pending = exc
-        if watch.uses_signal and _INTERRUPT_SIGNAL is not None:
-            signal.pthread_kill(watch.thread_id, _INTERRUPT_SIGNAL)
-            return
-        if watch.loop is not None and not _safe_from_outside(watch):
-            return
-        watch.pending = None
-        set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
-        tid = ctypes.c_ulong(watch.thread_id)
-        if set_async_exc(tid, ctypes.py_object(type(exc))) > 1:  # pragma: no cover
-            set_async_exc(tid, None)
+        with self._lock:  # never for a guard that has ended
+            if watch not in self._watches:
+                return
+            watch.pending = exc
+            if watch.uses_signal and _INTERRUPT_SIGNAL is not None:
+                signal.pthread_kill(watch.thread_id, _INTERRUPT_SIGNAL)
+                return
+            if watch.loop is None or not _safe_from_outside(watch):
+                return
+            watch.pending = None
+            set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+            tid = ctypes.c_ulong(watch.thread_id)
+            if set_async_exc(tid, ctypes.py_object(LoopBlocked)) > 1:  # pragma: no cover
+                set_async_exc(tid, None)
 
 
 _WATCHDOG = _Watchdog()
