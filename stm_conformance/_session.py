@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from . import __version__
+from . import __version__, _deadline
 from ._determinism import apply_profile, choose_profile, choose_seed, seed_check
 from .capabilities import CAPABILITIES, skip_reason, undeclared
 from .plugin import SUITE_DIR, apply_ini_options, suite_selected
@@ -306,21 +306,29 @@ class SessionPlugin:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
-        """Fail an ``async def`` check that runs longer than ``--stm-timeout`` seconds."""
-        original = pyfuncitem.obj
-        wrap = (
-            self.timeout > 0
-            and _is_check(pyfuncitem)
-            and inspect.iscoroutinefunction(original)
-            and not hasattr(original, "hypothesis")
-        )
-        if wrap:
-            pyfuncitem.obj = _with_deadline(original, self.timeout)
-        try:
+        """End a check that runs longer than ``--stm-timeout`` seconds (see ``_deadline``)."""
+        if not (self.timeout > 0 and _is_check(pyfuncitem)):
             return (yield)
+        original = pyfuncitem.obj
+        hypothesis = getattr(original, "hypothesis", None)
+        inner = getattr(hypothesis, "inner_test", None)
+        if inner is not None:
+            # anyio runs each example of an async hypothesis check: guard every example.
+            inner = getattr(inner, "_anyio_original_func", inner)
+            if inspect.iscoroutinefunction(inner):
+                hypothesis.inner_test = _guarded(inner, None)  # type: ignore[union-attr]
+        elif inspect.iscoroutinefunction(original):
+            pyfuncitem.obj = _guarded(original, self.timeout)
+        try:
+            with _deadline.check_deadline(self.timeout):
+                return (yield)
+        except _deadline.CheckTimeout as exc:
+            stopped = str(exc)
         finally:
-            if wrap:
-                pyfuncitem.obj = original
+            pyfuncitem.obj = original
+            if inner is not None:
+                hypothesis.inner_test = inner  # type: ignore[union-attr]
+        pytest.fail(stopped, pytrace=False)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_makereport(
@@ -388,15 +396,19 @@ class SessionPlugin:
             terminalreporter.write_line(f"report written to {path}")
 
 
-def _with_deadline(test: Callable[..., Any], seconds: float) -> Callable[..., Any]:
-    import anyio
+def _guarded(test: Callable[..., Any], seconds: float | None) -> Callable[..., Any]:
+    """``test`` run by a guard: within ``seconds``, or the check's remaining time."""
 
-    @functools.wraps(test)
-    async def run(**kwargs: Any) -> None:
-        with anyio.move_on_after(seconds) as scope:
-            await test(**kwargs)
-        if scope.cancelled_caught:
-            pytest.fail(f"check did not finish within {seconds:g}s (--stm-timeout)", pytrace=False)
+    @functools.wraps(test, updated=())
+    async def run(**kwargs: Any) -> Any:
+        limit = _deadline.remaining() if seconds is None else seconds
+        return await _deadline.run_guarded(
+            test(**kwargs),
+            seconds=limit,
+            what="check",
+            probe=_deadline.kit_probe,
+            limit=" (--stm-timeout)",
+        )
 
     return run
 

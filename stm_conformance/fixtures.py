@@ -8,6 +8,7 @@ stores and the backend's own resources all live on the same loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
@@ -15,6 +16,14 @@ from typing import Any, Protocol
 import anyio
 import pytest
 
+from ._deadline import (
+    CLOSE_TIMEOUT_S,
+    CheckTimeout,
+    leftover_tasks,
+    noting_callers,
+    run_guarded,
+    settle_tasks,
+)
 from ._session import active_backend
 from .checks import memory_view
 from .contract import MemoryKey, ShortTermMemoryConfig, Summarizer
@@ -40,8 +49,23 @@ __all__ = [
     "stm_store",
 ]
 
-#: Longest a provider may take to close one memory or store at teardown.
-CLOSE_TIMEOUT_S = 10.0
+
+def _close_limit(config: pytest.Config) -> float | None:
+    """:data:`CLOSE_TIMEOUT_S`, or ``--stm-timeout`` when shorter; ``None`` when that is 0."""
+    timeout = float(config.getoption("stm_timeout", None) or 0)
+    return min(CLOSE_TIMEOUT_S, timeout) if timeout > 0 else None
+
+
+async def _bounded(coro: Awaitable[Any], seconds: float | None, what: str) -> Any:
+    """``coro`` within ``seconds``; abandoned, failing, when it hangs or blocks the loop.
+
+    With ``--stm-timeout 0`` (``seconds`` is ``None``) only a plain time limit applies,
+    to closing: no watchdog, so that a debugger may stop in the backend.
+    """
+    if seconds is None:
+        with anyio.fail_after(CLOSE_TIMEOUT_S):
+            return await coro
+    return await run_guarded(coro, seconds=seconds, what=what)
 
 
 class MakeMemory(Protocol):
@@ -161,9 +185,12 @@ def _pending_users(context: Any) -> set[str]:
 class _Memories:
     """Creates memories through one provider factory and closes them all at the end."""
 
-    def __init__(self, create: MemoryFactory, close: Callable[[Any], Awaitable[None]]) -> None:
+    def __init__(
+        self, create: MemoryFactory, close: Callable[[Any], Awaitable[None]], limit: float | None
+    ) -> None:
         self._create = create
         self._close = close
+        self._limit = limit
         self._created: list[Any] = []
 
     async def make(
@@ -174,7 +201,9 @@ class _Memories:
         summarizer: Summarizer | None = None,
     ) -> Any:
         summarizer = ScriptedSummarizer() if summarizer is None else summarizer
-        memory = await self._create(config, fresh_key() if key is None else key, summarizer)
+        memory = await self._create(
+            config, fresh_key() if key is None else key, noting_callers(summarizer)
+        )
         self._created.append(memory)
         return CheckedMemory(memory, config, summarizer)
 
@@ -184,9 +213,8 @@ class _Memories:
         while self._created:
             memory = self._created.pop()
             try:
-                with anyio.fail_after(CLOSE_TIMEOUT_S):
-                    await self._close(memory)
-            except Exception as exc:
+                await _bounded(self._close(memory), self._limit, "closing a memory at teardown")
+            except (Exception, CheckTimeout) as exc:
                 failures.append(f"{type(exc).__name__}: {exc}")
                 first = first or exc
         if failures:
@@ -225,22 +253,32 @@ def stm_capabilities(stm_provider: Provider) -> frozenset[str]:
 @pytest.fixture(scope="session", autouse=True)
 async def _stm_lifespan(stm_provider: Provider, anyio_backend: str) -> AsyncIterator[None]:
     """Run the provider's lifespan around the session (and keep one event loop open)."""
-    if stm_provider.lifespan is None:
-        yield
-        return
-    async with stm_provider.lifespan():
-        yield
+    lifespan: contextlib.AbstractAsyncContextManager[Any] = (
+        contextlib.nullcontext() if stm_provider.lifespan is None else stm_provider.lifespan()
+    )
+    try:
+        async with lifespan:
+            yield
+    finally:
+        # Tasks the checks left behind end before the event loop does: its shutdown would
+        # wait forever for one that ignores cancellation.
+        await settle_tasks(leftover_tasks())
 
 
 @pytest.fixture
-async def make_memory(stm_provider: Provider, anyio_backend: str) -> AsyncIterator[MakeMemory]:
+async def make_memory(
+    stm_provider: Provider, anyio_backend: str, pytestconfig: pytest.Config
+) -> AsyncIterator[MakeMemory]:
     """``await make_memory(config, *, key=None, summarizer=None)`` -> a fresh memory.
 
     The default key is new for every call and the default summarizer a fresh
-    :class:`~stm_conformance.scripted.ScriptedSummarizer`. Every memory made is closed at
-    teardown (``Provider.close``, else ``aclose()``) on the check's event loop.
+    :class:`~stm_conformance.scripted.ScriptedSummarizer`; the backend receives it wrapped
+    in a function that notes which tasks call it (so that a check stuck in ``add_turn``
+    waiting for the summarizer is told apart quickly). Every memory made is closed at
+    teardown (``Provider.close``, else ``aclose()``) on the check's event loop, each within
+    :data:`CLOSE_TIMEOUT_S` (or ``--stm-timeout`` when shorter).
     """
-    memories = _Memories(stm_provider.create, stm_provider.dispose)
+    memories = _Memories(stm_provider.create, stm_provider.dispose, _close_limit(pytestconfig))
     try:
         yield memories.make
     finally:
@@ -248,14 +286,16 @@ async def make_memory(stm_provider: Provider, anyio_backend: str) -> AsyncIterat
 
 
 @pytest.fixture
-async def make_peer(stm_provider: Provider, anyio_backend: str) -> AsyncIterator[MakeMemory]:
+async def make_peer(
+    stm_provider: Provider, anyio_backend: str, pytestconfig: pytest.Config
+) -> AsyncIterator[MakeMemory]:
     """Like ``make_memory`` but through ``Provider.create_peer`` (skips when there is none)."""
     if stm_provider.create_peer is None:
         pytest.skip(
             "backend provides no create_peer (a second instance on one key is needed to "
             "check shared state)"
         )
-    memories = _Memories(stm_provider.create_peer, stm_provider.dispose)
+    memories = _Memories(stm_provider.create_peer, stm_provider.dispose, _close_limit(pytestconfig))
     try:
         yield memories.make
     finally:
@@ -263,22 +303,26 @@ async def make_peer(stm_provider: Provider, anyio_backend: str) -> AsyncIterator
 
 
 @pytest.fixture
-async def stm_store(stm_provider: Provider, anyio_backend: str) -> AsyncIterator[Any]:
+async def stm_store(
+    stm_provider: Provider, anyio_backend: str, pytestconfig: pytest.Config
+) -> AsyncIterator[Any]:
     """A fresh store: ``await Provider.make_store()``, else a kit ``KitStateStore``.
 
-    A store made by the provider is closed at teardown when it has ``aclose()``.
+    A store made by the provider is closed at teardown when it has ``aclose()``; making and
+    closing it each have :data:`CLOSE_TIMEOUT_S` (or ``--stm-timeout`` when shorter).
     """
     if stm_provider.make_store is None:
         yield KitStateStore()
         return
-    store = await stm_provider.make_store()
+    limit = _close_limit(pytestconfig)
+    making = stm_provider.make_store()
+    store = await (making if limit is None else _bounded(making, limit, "Provider.make_store()"))
     try:
         yield store
     finally:
         aclose = getattr(store, "aclose", None)
         if aclose is not None:
-            with anyio.fail_after(CLOSE_TIMEOUT_S):
-                await aclose()
+            await _bounded(aclose(), limit, "closing a store at teardown")
 
 
 @pytest.fixture

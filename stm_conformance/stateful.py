@@ -39,6 +39,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from ._deadline import close_runner, run_bounded
 from .checks import config
 from .contract import (
     ConversationTurn,
@@ -174,10 +175,12 @@ class MemoryDifferential(RuleBasedStateMachine):
     # -- plumbing ------------------------------------------------------------------------
 
     def _run(self, awaitable: Awaitable[Any]) -> Any:
+        """Run on the machine's loop, within the check's hard deadline (``_deadline``)."""
+
         async def wrap() -> Any:
             return await awaitable
 
-        return self.runner.run(wrap())
+        return run_bounded(self.runner, wrap())
 
     def _bounded(self, coro: Coroutine[Any, Any, Any], what: str) -> Any:
         """Run one backend operation; raise :class:`_StepTimeout` (with the operation's
@@ -422,7 +425,7 @@ class MemoryDifferential(RuleBasedStateMachine):
         except _StepTimeout:
             pass  # CON-003 is judged by its own check; the run still ends
         finally:
-            self.runner.close()
+            close_runner(self.runner)
 
 
 # -- attribution ----------------------------------------------------------------------------

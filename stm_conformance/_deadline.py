@@ -1,0 +1,794 @@
+"""Hard deadlines: every check, and every teardown step, ends whatever the backend does.
+
+An operation of the backend runs as a child task of a *guard* (:func:`run_guarded`). The
+guard waits for it with a time limit; when the limit passes it records where the task is
+waiting, cancels it, gives it :data:`CANCEL_GRACE_S` to end and otherwise abandons it:
+the coroutines of tasks that ignored their cancellation are closed, so nothing waits on
+them later (not the next check, not the event loop's shutdown). The failure says the
+operation *awaited forever* and shows the task's coroutine stack.
+
+Synchronous code cannot be cancelled: a backend that loops forever, or sleeps in a C call,
+blocks the event loop, and nothing on the loop runs any more. While a guard is active, a
+watchdog thread pings the loop; when the loop does not answer for
+:data:`BLOCK_THRESHOLD_S`, the watchdog captures the loop thread's stack and interrupts
+that thread: a signal handler (or, off the main thread, an asynchronous exception) raises
+:class:`LoopBlocked` inside the blocking code. The exception is raised only inside a task
+of the backend, never inside the event loop's own machinery or the task running the
+guard, so the loop survives; the guard then fails with *did not return: blocked the event
+loop* and the stack at the moment the block was detected.
+
+The interrupt is a signal (``SIGUSR2``) whose handler the kit installs once, in the main
+thread; it raises only when an interrupt is pending and otherwise passes the signal on to
+the handler it replaced. A block inside a hypothesis run of the check itself (kit code)
+waits for the guard's deadline, and a watchdog that was not scheduled for a while (a
+starved process) starts its measurement again.
+
+A guard also decides early that an operation can never finish, instead of waiting for the
+whole time limit: when the operation, or a task it awaits, was cancelled and still runs
+after :data:`IGNORED_CANCEL_S`; and, with :func:`kit_probe`, when it waits on a summarizer
+call the check holds, or ``add_turn`` waits on the summarizer or a kit callback
+(:data:`DEADLOCK_S`). The kit's knobs are the module constants below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import math
+import os
+import selectors
+import signal
+import sys
+import threading
+import time
+import traceback
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, TypeVar
+
+from _pytest.outcomes import OutcomeException
+
+__all__ = [
+    "AWAITED_FOREVER",
+    "BLOCKED",
+    "BLOCK_THRESHOLD_S",
+    "CANCEL_GRACE_S",
+    "CLOSE_TIMEOUT_S",
+    "DEADLOCK_S",
+    "Hop",
+    "Stuck",
+    "IGNORED_CANCEL_S",
+    "CheckTimeout",
+    "LoopBlocked",
+    "check_deadline",
+    "close_runner",
+    "coroutine_stack",
+    "kit_probe",
+    "noting_callers",
+    "leftover_tasks",
+    "remaining",
+    "run_bounded",
+    "run_guarded",
+    "settle_tasks",
+]
+
+T = TypeVar("T")
+
+#: An event loop that runs no callback for this long is blocked: no legitimate memory
+#: operation keeps the loop for seconds. A blocked check fails after this, not its timeout.
+BLOCK_THRESHOLD_S = 2.0
+#: How long a cancelled operation may take to end before it is abandoned.
+CANCEL_GRACE_S = 0.5
+#: Longest a provider may take to close one memory or store at teardown.
+CLOSE_TIMEOUT_S = 10.0
+#: How long a check may wait, through the backend, on a summarizer call it holds itself.
+DEADLOCK_S = 0.5
+#: How long an operation may go on after it was cancelled (by the check's own time limit,
+#: say) before it is taken as ignoring cancellation.
+IGNORED_CANCEL_S = 2.0
+#: How often the watchdog pings the loop, and how often a waiting guard looks at its task.
+_POLL_S = 0.05
+#: A watchdog tick this late means the process was starved: block measurements restart.
+_STARVED_S = 0.5
+_LOOK_S = 0.1
+#: Frames of the stacks shown in failure messages (the innermost ones).
+_MAX_FRAMES = 30
+
+#: The reason of a check whose backend blocked the event loop.
+BLOCKED = "did not return: blocked the event loop"
+#: The reason of a check whose backend awaited something that never happened.
+AWAITED_FOREVER = "awaited forever"
+
+_INTERRUPT_SIGNAL: signal.Signals | None = getattr(signal, "SIGUSR2", None)
+_ASYNCIO_DIR = os.path.dirname(asyncio.__file__) + os.sep
+_SELECTORS_FILE = selectors.__file__
+_HANDLE_RUN = asyncio.Handle._run.__code__
+_SPAWNED: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+#: Tasks that have called a summarizer wrapped by :func:`noting_callers`.
+_SUMMARIZING: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+
+
+class CheckTimeout(OutcomeException):
+    """A check or teardown step stopped by its deadline; the message says why and where.
+
+    A pytest outcome, not an ``Exception``: backend code catching ``Exception`` does not
+    swallow it, hypothesis does not shrink on it and anyio's test runner survives it.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, pytrace=False)
+
+
+class LoopBlocked(CheckTimeout):
+    """Raised by the watchdog inside backend code that blocks the event loop."""
+
+    def __init__(self, message: str = "") -> None:  # raised by class off the main thread
+        super().__init__(message or f"{BLOCKED}: interrupted by the conformance kit's watchdog")
+
+
+# -- the check's deadline ---------------------------------------------------------------
+
+_deadline: float | None = None
+
+
+def remaining() -> float | None:
+    """Seconds left to the running check's deadline (``None``: no check or no limit)."""
+    return None if _deadline is None else _deadline - time.monotonic()
+
+
+@contextlib.contextmanager
+def check_deadline(seconds: float | None) -> Iterator[None]:
+    """Set the deadline of the check running in this block (``None`` or 0: no limit).
+
+    :func:`remaining` reads it (a guard without an explicit limit uses it). Synchronous
+    code that runs past it outside any event loop is interrupted by the watchdog.
+    """
+    global _deadline
+    previous = _deadline
+    _deadline = time.monotonic() + seconds if seconds else None
+    watch = None
+    if seconds and threading.current_thread() is threading.main_thread():
+        watch = _Watch(None, threading.get_ident(), BLOCK_THRESHOLD_S, None)
+        watch.hard_deadline = time.monotonic() + seconds + BLOCK_THRESHOLD_S + 2 * CANCEL_GRACE_S
+        watch.message = f"check did not finish within {seconds:g}s (--stm-timeout)"
+    try:
+        with _watching(watch):
+            yield
+    finally:
+        _deadline = previous
+
+
+# -- guards -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hop:
+    """In an await chain: the task before it awaits ``task``."""
+
+    name: str
+    task: asyncio.Task[Any] = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """A probe's finding: why the operation cannot finish; decided after ``after_s``."""
+
+    why: str
+    after_s: float
+
+
+def _ignoring_cancellation(task: asyncio.Task[Any], chain: list[FrameType | Hop]) -> Stuck | None:
+    """``task``, or a task it awaits, was cancelled and goes on: it ignores cancellation."""
+    ignored = (
+        f"still running {IGNORED_CANCEL_S:g}s after it was cancelled: the cancellation is ignored"
+    )
+    if task.cancelling():
+        return Stuck(ignored, IGNORED_CANCEL_S)
+    for item in chain:
+        if isinstance(item, Hop) and item.task.cancelling() and not item.task.done():
+            return Stuck(f"waiting on task {item.name!r}, {ignored}", IGNORED_CANCEL_S)
+    return None
+
+
+#: Looks at where a guarded task waits (its frames, outermost first, and hops into the
+#: tasks it awaits) and says whether it can never finish.
+Probe = Callable[[list["FrameType | Hop"]], "Stuck | None"]
+
+
+async def run_guarded(
+    coro: Awaitable[T],
+    *,
+    seconds: float | None,
+    what: str,
+    probe: Probe | None = None,
+    block_s: float | None = None,
+    limit: str = "",
+) -> T:
+    """Run ``coro`` in a child task and return its result within ``seconds``.
+
+    ``what`` names the operation in failure messages, ``limit`` where ``seconds`` comes
+    from (e.g. ``" (--stm-timeout)"``); ``block_s`` defaults to :data:`BLOCK_THRESHOLD_S`.
+
+    Raises:
+        CheckTimeout: the time passed, the task (or a task it awaits) was cancelled and
+            still runs after :data:`IGNORED_CANCEL_S`, or ``probe`` found it waiting on
+            something only the caller could end (*awaited forever*); or the
+            event loop was blocked for ``block_s`` (*blocked the event loop*).
+    """
+    __tracebackhide__ = True
+    if seconds is not None and seconds <= 0:
+        if isinstance(coro, Coroutine):
+            coro.close()
+        raise CheckTimeout(f"{what}: no time left before the check's deadline")
+    loop = asyncio.get_running_loop()
+    before = asyncio.all_tasks(loop)
+    task = loop.create_task(_as_coroutine(coro), name=f"stm-conformance: {what}")
+    try:
+        return await _guard(task, seconds, what, probe, block_s, limit)
+    finally:
+        # Tasks the operation started and left running: settled when the loop ends.
+        _SPAWNED.update(t for t in asyncio.all_tasks(loop) - before if not t.done())
+
+
+async def _guard(
+    task: asyncio.Task[T],
+    seconds: float | None,
+    what: str,
+    probe: Probe | None,
+    block_s: float | None,
+    limit: str,
+) -> T:
+    __tracebackhide__ = True
+    loop = task.get_loop()
+    woken: asyncio.Future[Any] = loop.create_future()
+    waiting: set[asyncio.Future[Any]] = {task, woken}
+
+    def wake() -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    blocked_after = min(seconds or math.inf, BLOCK_THRESHOLD_S if block_s is None else block_s)
+    watch = _Watch(loop, threading.get_ident(), blocked_after, asyncio.current_task(), wake)
+    if seconds is not None:
+        watch.deadline = time.monotonic() + seconds
+    deadline = None if seconds is None else loop.time() + seconds
+    stuck: Stuck | None = None
+    stuck_since = 0.0
+    reason: str | None = None
+    stack = ""
+    try:
+        with _watching(watch):
+            while not task.done() and watch.blocked is None:
+                now = loop.time()
+                wait = _LOOK_S if deadline is None else min(deadline - now, _LOOK_S)
+                if wait <= 0:
+                    reason = f"did not finish within {seconds:g}s{limit}: {AWAITED_FOREVER}"
+                    break
+                await asyncio.wait(waiting, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                if task.done():
+                    break
+                now = loop.time()
+                chain = _await_chain(task)
+                found = _ignoring_cancellation(task, chain)
+                if found is None and probe is not None:
+                    found = probe(chain)
+                if found != stuck:
+                    stuck, stuck_since = found, now
+                elif found is not None and now - stuck_since >= found.after_s:
+                    reason = f"{AWAITED_FOREVER} ({found.why})"
+                    break
+            if reason is not None:
+                stack = coroutine_stack(task)
+    except asyncio.CancelledError:
+        await _stop(task)
+        raise
+    if watch.blocked is None and task.done() and not _raised(task, LoopBlocked):
+        return task.result()
+    if watch.blocked is not None or _raised(task, LoopBlocked):
+        reason = f"{BLOCKED} (no callback ran for {watch.blocked_for or blocked_after:.2g}s)"
+        stack = watch.blocked or "(no stack captured)"
+        where = "stack of the event loop's thread when the block was detected"
+    else:
+        where = "where it waited when it was stopped"
+    ended = await _stop(task)
+    after = "" if ended else "; it ignored cancellation and was abandoned"
+    raise CheckTimeout(f"{what} {reason}{after}\n{where}:\n{stack}".rstrip())
+
+
+def _as_coroutine(awaitable: Awaitable[T]) -> Coroutine[Any, Any, T]:
+    if isinstance(awaitable, Coroutine):
+        return awaitable
+
+    async def wait() -> T:
+        return await awaitable
+
+    return wait()
+
+
+def _raised(task: asyncio.Task[Any], kind: type[BaseException]) -> bool:
+    return task.done() and not task.cancelled() and isinstance(task.exception(), kind)
+
+
+async def _stop(task: asyncio.Task[Any]) -> bool:
+    """Cancel ``task`` and wait :data:`CANCEL_GRACE_S`; abandon what ignores cancellation.
+
+    Returns whether ``task`` ended within the grace.
+    """
+    if not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=CANCEL_GRACE_S)
+    ended = task.done()
+    if ended:
+        _retrieve(task)
+    _dispose(_stubborn_tasks())
+    return ended
+
+
+def _stubborn_tasks() -> list[asyncio.Task[Any]]:
+    """Pending tasks whose cancellation was requested, other than the running one."""
+    current = asyncio.current_task()
+    return [t for t in asyncio.all_tasks() if t is not current and not t.done() and t.cancelling()]
+
+
+def _dispose(tasks: list[asyncio.Task[Any]]) -> None:
+    """Close the coroutines of tasks that ignore cancellation, so that they can end.
+
+    A closed coroutine raises ``GeneratorExit`` where it waits; its task then ends at its
+    next step (cancelling it makes that step come now).
+    """
+    for task in tasks:
+        with contextlib.suppress(RuntimeError, ValueError):  # it caught GeneratorExit too
+            task.get_coro().close()
+        task.cancel()
+        task.add_done_callback(_retrieve)
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    # Retrieve the outcome so that it is never logged as "never retrieved".
+    if not task.cancelled():
+        task.exception()
+
+
+def leftover_tasks() -> set[asyncio.Task[Any]]:
+    """Pending tasks of the running loop that guarded operations started and left running."""
+    loop = asyncio.get_running_loop()
+    return {t for t in _SPAWNED if not t.done() and t.get_loop() is loop}
+
+
+async def settle_tasks(tasks: set[asyncio.Task[Any]] | None = None) -> None:
+    """Cancel ``tasks`` (default: every other pending task of the running loop); abandon
+    those that ignore it.
+
+    Run before a loop shuts down: its shutdown cancels the remaining tasks and waits for
+    them, forever if one of them ignores cancellation.
+    """
+    current = asyncio.current_task()
+    if tasks is None:
+        tasks = asyncio.all_tasks()
+    tasks = {t for t in tasks if t is not current and not t.done()}
+    if not tasks:
+        return
+    for task in tasks:
+        task.cancel()
+    await asyncio.wait(tasks, timeout=CANCEL_GRACE_S)
+    stubborn = [t for t in tasks if not t.done()]
+    for task in tasks - set(stubborn):
+        _retrieve(task)
+    if stubborn:
+        _dispose(stubborn)
+        await asyncio.wait(stubborn, timeout=CANCEL_GRACE_S)
+
+
+# -- synchronous callers: an ``asyncio.Runner`` ------------------------------------------
+
+
+def run_bounded(
+    runner: asyncio.Runner,
+    coro: Coroutine[Any, Any, T],
+    *,
+    seconds: float | None = None,
+    what: str = "a step of the differential",
+) -> T:
+    """``runner.run(coro)``, guarded like :func:`run_guarded`.
+
+    ``seconds`` defaults to the running check's remaining time. Without a check deadline
+    (``--stm-timeout 0``, or outside the kit) ``coro`` runs unguarded.
+    """
+    left = remaining()
+    if left is None:
+        return runner.run(coro)
+    left = left if seconds is None else seconds
+    note = " (--stm-timeout)" if seconds is None else ""
+    guarded = run_guarded(coro, seconds=left, what=what, probe=kit_probe, limit=note)
+    return runner.run(guarded)
+
+
+def close_runner(runner: asyncio.Runner) -> None:
+    """Close ``runner`` without waiting forever for a task that ignores cancellation."""
+    try:
+        runner.run(settle_tasks())
+    except RuntimeError:  # already closed
+        pass
+    finally:
+        runner.close()
+
+
+# -- stacks -----------------------------------------------------------------------------
+
+
+def _await_chain(task: asyncio.Task[Any]) -> list[FrameType | Hop]:
+    """The frames ``task`` waits in, outermost first, following the tasks it awaits."""
+    chain: list[FrameType | Hop] = []
+    seen: set[int] = set()
+    current: asyncio.Task[Any] | None = task
+    while current is not None and id(current) not in seen and len(chain) < 200:
+        seen.add(id(current))
+        obj: Any = current.get_coro()
+        while obj is not None:
+            frame = getattr(obj, "cr_frame", None) or getattr(obj, "gi_frame", None)
+            if frame is None:
+                break
+            chain.append(frame)
+            obj = getattr(obj, "cr_await", None) or getattr(obj, "gi_yieldfrom", None)
+        waiter: Any = getattr(current, "_fut_waiter", None)
+        following = None
+        if isinstance(waiter, asyncio.Task):
+            following = waiter
+        else:  # asyncio.gather's future: follow a pending child task
+            for child in getattr(waiter, "_children", None) or ():
+                if isinstance(child, asyncio.Task) and not child.done():
+                    following = child
+                    break
+        if following is not None:
+            chain.append(Hop(following.get_name(), following))
+        current = following
+    return chain
+
+
+def coroutine_stack(task: asyncio.Task[Any]) -> str:
+    """Where ``task`` waits: its coroutine stack, into the tasks it awaits."""
+    parts: list[str] = []
+    frames: list[FrameType] = []
+
+    def flush() -> None:
+        if frames:
+            summary = traceback.StackSummary.extract((f, f.f_lineno) for f in frames)
+            parts.extend(summary.format())
+            frames.clear()
+
+    for item in _await_chain(task):
+        if isinstance(item, Hop):
+            flush()
+            parts.append(f"  ... awaiting task {item.name!r}:\n")
+        else:
+            frames.append(item)
+    flush()
+    if task.done():
+        return "  (the task had ended)\n"
+    return "".join(parts[-_MAX_FRAMES:]) or "  (no Python frame: the task awaits a future)\n"
+
+
+def noting_callers(summarizer: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Any]:
+    """``summarizer``, noting the tasks that call it (for :func:`kit_probe`)."""
+
+    async def summarize(payload: Any) -> Any:
+        task = asyncio.current_task()
+        if task is not None:
+            _SUMMARIZING.add(task)
+        return await summarizer(payload)
+
+    return summarize
+
+
+def kit_probe(chain: list[FrameType | Hop]) -> Stuck | None:
+    """The kit's :data:`Probe`: an operation that waits on what only the check can end.
+
+    Stuck after :data:`DEADLOCK_S`, when the chain holds
+    - a held ``ScriptedSummarizer`` call: only the check releases it;
+    - ``add_turn``, and below it a summarizer call or a task that called a summarizer
+      the kit gave the backend (:func:`noting_callers`): ``add_turn`` waits for the
+      summarizer (WM-001), which the check may hold or fail at will;
+    - ``add_turn``, and below it a kit callback (``RecordingCallbacks``): ``add_turn``
+      awaits a callback (CB-004), which the check may slow down at will.
+    """
+    from .scripted import RecordingCallbacks, ScriptedSummarizer
+
+    task: asyncio.Task[Any] | None = None  # the task of the frames walked, once known
+    waits_for_summarizer = False
+    in_add_turn = False
+    for item in chain:
+        if isinstance(item, Hop):
+            task = item.task
+            waits_for_summarizer = waits_for_summarizer or (in_add_turn and task in _SUMMARIZING)
+            continue
+        name = item.f_code.co_name
+        owner = item.f_locals.get("self") if name != "add_turn" else None
+        if isinstance(owner, ScriptedSummarizer) and name == "__call__":
+            if owner.held:
+                return Stuck(
+                    "waiting on a summarizer call the check holds (ScriptedSummarizer.hold()), "
+                    "which only the check can release",
+                    DEADLOCK_S,
+                )
+            waits_for_summarizer = waits_for_summarizer or in_add_turn
+        elif isinstance(owner, RecordingCallbacks) and in_add_turn:
+            return Stuck(f"waiting on the callback {name}, awaited inside add_turn", DEADLOCK_S)
+        elif name == "add_turn":
+            in_add_turn = True
+    if waits_for_summarizer:
+        return Stuck("waiting on the summarizer, from inside add_turn", DEADLOCK_S)
+    return None
+
+
+def _blocked_stack(frame: FrameType | None) -> str:
+    """The stack of a blocked loop's thread, from the callback the loop is running."""
+    if frame is None:
+        return "  (the thread has no Python frame)\n"
+    entries = traceback.extract_stack(frame)
+    start = 0
+    for i, entry in enumerate(entries):
+        if entry.filename == _HANDLE_RUN.co_filename and entry.name == _HANDLE_RUN.co_name:
+            start = i + 1
+    return "".join(traceback.format_list(entries[start:][-_MAX_FRAMES:]))
+
+
+# -- the watchdog -----------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Watch:
+    """One guarded region, watched by the watchdog thread."""
+
+    loop: asyncio.AbstractEventLoop | None
+    thread_id: int
+    block_s: float
+    protected: asyncio.Task[Any] | None
+    on_blocked: Callable[[], None] | None = None
+    #: For a region without a loop: when to interrupt the thread, and with what message.
+    hard_deadline: float | None = None
+    message: str = ""
+    sent: int = 0
+    answered: int = 0
+    sent_at: float = 0.0
+    #: The stack of the loop's thread, once the loop is found blocked, and for how long.
+    blocked: str | None = None
+    blocked_for: float = 0.0
+    #: When the guard's time is up (``time.monotonic()``), if it has a limit.
+    deadline: float | None = None
+    next_interrupt: float = 0.0
+    #: An interrupt waits to be raised in the watched thread.
+    pending: BaseException | None = None
+    uses_signal: bool = field(default=False)
+
+    def pong(self, seq: int) -> None:
+        self.answered = seq
+
+
+class _Watchdog:
+    """A daemon thread that watches every active guard's loop."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._watches: list[_Watch] = []
+        self._active = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._handler_installed = False
+        self._previous_handler: Any = None
+
+    def add(self, watch: _Watch) -> None:
+        if (
+            _INTERRUPT_SIGNAL is not None
+            and watch.thread_id == threading.main_thread().ident
+            and threading.current_thread() is threading.main_thread()
+        ):
+            self._install_handler()
+            watch.uses_signal = self._handler_installed
+        with self._lock:
+            self._watches.append(watch)
+            self._active.set()
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="stm-conformance-watchdog", daemon=True
+                )
+                self._thread.start()
+
+    def remove(self, watch: _Watch) -> None:
+        with self._lock:
+            self._watches.remove(watch)
+            watch.pending = None
+            if not self._watches:
+                self._active.clear()
+
+    def pending_for(self, thread_id: int) -> _Watch | None:
+        # Called by the signal handler, maybe while this thread holds the lock: no lock.
+        for watch in reversed(list(self._watches)):
+            if watch.thread_id == thread_id and watch.pending is not None:
+                return watch
+        return None
+
+    def _install_handler(self) -> None:
+        # Installed once and kept: restoring the default action could let a late signal
+        # end the process. With nothing pending, the handler passes the signal on.
+        if self._handler_installed or _INTERRUPT_SIGNAL is None:
+            return
+        with contextlib.suppress(ValueError, OSError):
+            self._previous_handler = signal.signal(_INTERRUPT_SIGNAL, _on_interrupt_signal)
+            self._handler_installed = True
+
+    def previous_handler(self) -> Any:
+        return self._previous_handler
+
+    def _run(self) -> None:
+        last = time.monotonic()
+        while True:
+            self._active.wait()
+            time.sleep(_POLL_S)
+            with self._lock:
+                watches = list(self._watches)
+            now = time.monotonic()
+            if now - last > _STARVED_S:
+                # This thread did not run for a while: the whole process was starved (a
+                # loaded machine), not just the loop. Measure afresh.
+                for watch in watches:
+                    watch.sent_at = max(watch.sent_at, now)
+            last = now
+            for watch in watches:
+                try:
+                    self._tick(watch)
+                except Exception:  # the watchdog must keep running
+                    continue
+
+    def _tick(self, watch: _Watch) -> None:
+        now = time.monotonic()
+        if watch.loop is None:
+            due = watch.hard_deadline is not None and now >= watch.hard_deadline
+            if due and now >= watch.next_interrupt:
+                watch.next_interrupt = now + watch.block_s
+                frame = sys._current_frames().get(watch.thread_id)
+                stack = "".join(traceback.format_stack(frame)[-_MAX_FRAMES:])
+                message = f"{watch.message}\nstack when it was stopped:\n{stack}"
+                self._interrupt(watch, CheckTimeout(message))
+            return
+        if watch.answered == watch.sent:
+            if watch.blocked is not None:
+                return  # answered after a block: the guard is ending the operation
+            watch.sent += 1
+            watch.sent_at = now
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                watch.loop.call_soon_threadsafe(watch.pong, watch.sent)
+            return
+        if now - watch.sent_at < watch.block_s:
+            return
+        if watch.blocked is None:
+            frame = sys._current_frames().get(watch.thread_id)
+            if _runs_hypothesis(frame) and (watch.deadline is None or now < watch.deadline):
+                # The check runs a synchronous hypothesis test in the loop: kit code
+                # that may take long; only the guard's deadline stops it.
+                return
+            watch.blocked = _blocked_stack(frame)
+            watch.blocked_for = now - watch.sent_at
+            if watch.on_blocked is not None:
+                with contextlib.suppress(RuntimeError):
+                    watch.loop.call_soon_threadsafe(watch.on_blocked)
+        if now >= watch.next_interrupt:
+            watch.next_interrupt = now + 0.2
+            self._interrupt(watch, LoopBlocked())
+
+    def _interrupt(self, watch: _Watch, exc: BaseException) -> None:
+        with self._lock:  # never for a guard that has ended
+            if watch not in self._watches:
+                return
+            watch.pending = exc
+            if watch.uses_signal and _INTERRUPT_SIGNAL is not None:
+                signal.pthread_kill(watch.thread_id, _INTERRUPT_SIGNAL)
+                return
+            if watch.loop is None or not _safe_from_outside(watch):
+                return
+            watch.pending = None
+            set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+            tid = ctypes.c_ulong(watch.thread_id)
+            if set_async_exc(tid, ctypes.py_object(LoopBlocked)) > 1:  # pragma: no cover
+                set_async_exc(tid, None)
+
+
+_WATCHDOG = _Watchdog()
+
+
+@contextlib.contextmanager
+def _watching(watch: _Watch | None) -> Iterator[None]:
+    if watch is None:
+        yield
+        return
+    _WATCHDOG.add(watch)
+    try:
+        yield
+    finally:
+        _WATCHDOG.remove(watch)
+
+
+def _on_interrupt_signal(signum: int, frame: FrameType | None) -> None:
+    watch = _WATCHDOG.pending_for(threading.get_ident())
+    if watch is None:
+        previous = _WATCHDOG.previous_handler()
+        if callable(previous):
+            previous(signum, frame)
+        return
+    if watch.loop is None:
+        if _running_loop() is not None:
+            return  # a guard on that loop decides; the loop may not be interrupted
+    elif watch.answered == watch.sent:
+        watch.pending = None  # the loop answered meanwhile: it is not blocked any more
+        return
+    elif not _safe_to_raise(frame, watch):
+        return  # the watchdog tries again shortly
+    exc, watch.pending = watch.pending, None
+    if exc is not None:
+        if watch.loop is not None:
+            task = asyncio.current_task()
+            if task is not None:  # the guard reports the block: not "never retrieved"
+                task.add_done_callback(_retrieve)
+        raise exc
+
+
+def _runs_hypothesis(frame: FrameType | None) -> bool:
+    """Whether the callback the loop runs is inside a hypothesis run (between ``frame``
+    and the loop's ``Handle._run``)."""
+    import hypothesis
+
+    package = os.path.dirname(hypothesis.__file__) + os.sep
+    f = frame
+    while f is not None and f.f_code is not _HANDLE_RUN:
+        if f.f_code.co_filename.startswith(package):
+            return True
+        f = f.f_back
+    return False
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _in_loop_machinery(frame: FrameType) -> bool:
+    filename = frame.f_code.co_filename
+    return filename.startswith(_ASYNCIO_DIR) or filename == _SELECTORS_FILE
+
+
+def _safe_to_raise(frame: FrameType | None, watch: _Watch) -> bool:
+    """Whether raising in ``frame`` (the watched thread's) lands in a backend's callback.
+
+    Only code run by a loop callback, below ``Handle._run`` (which, like a task's step,
+    catches the exception), and not in asyncio itself nor in the guard's own task.
+    """
+    if frame is None or _in_loop_machinery(frame) or _running_loop() is not watch.loop:
+        return False
+    task = asyncio.current_task()
+    if task is not None and task is watch.protected:
+        return False
+    f: FrameType | None = frame
+    while f is not None:
+        if f.f_code is _HANDLE_RUN:
+            return True
+        f = f.f_back
+    return False
+
+
+def _safe_from_outside(watch: _Watch) -> bool:
+    """Like :func:`_safe_to_raise`, judged from the watchdog thread (no signal handler)."""
+    frame = sys._current_frames().get(watch.thread_id)
+    if frame is None or _in_loop_machinery(frame) or watch.loop is None:
+        return False
+    task = asyncio.current_task(watch.loop)
+    if task is not None and task is watch.protected:
+        return False
+    f: FrameType | None = frame
+    while f is not None:
+        if f.f_code is _HANDLE_RUN:
+            return True
+        f = f.f_back
+    return False

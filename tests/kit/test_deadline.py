@@ -1,0 +1,257 @@
+"""The deadline machinery (``stm_conformance._deadline``) on its own, with short limits."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stm_conformance import _deadline
+from stm_conformance._deadline import (
+    AWAITED_FOREVER,
+    BLOCKED,
+    CheckTimeout,
+    check_deadline,
+    close_runner,
+    remaining,
+    run_bounded,
+    run_guarded,
+)
+from stm_conformance.scripted import ScriptedSummarizer
+
+
+@pytest.fixture(autouse=True)
+def _short_limits(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(_deadline, "BLOCK_THRESHOLD_S", 0.3)
+    monkeypatch.setattr(_deadline, "CANCEL_GRACE_S", 0.1)
+    monkeypatch.setattr(_deadline, "IGNORED_CANCEL_S", 0.3)
+    monkeypatch.setattr(_deadline, "DEADLOCK_S", 0.2)
+    yield
+
+
+def _guarded(coro: Any, seconds: float | None = 5.0, **kwargs: Any) -> tuple[str, float]:
+    """Run ``coro`` guarded on a fresh loop; the failure message and the time it took."""
+    block_s = kwargs.pop("block_s", _deadline.BLOCK_THRESHOLD_S)
+    started = time.monotonic()
+    with pytest.raises(CheckTimeout) as caught:
+        asyncio.run(run_guarded(coro, seconds=seconds, what="op", block_s=block_s, **kwargs))
+    return str(caught.value), time.monotonic() - started
+
+
+async def _swallowing_sleep() -> None:
+    while True:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            continue
+
+
+async def _spin() -> None:
+    while True:  # blocks the event loop: no await
+        pass
+
+
+def test_result_and_exceptions_pass_through() -> None:
+    async def answer() -> int:
+        await asyncio.sleep(0)
+        return 42
+
+    async def boom() -> None:
+        raise ValueError("boom")
+
+    assert asyncio.run(run_guarded(answer(), seconds=1, what="op")) == 42
+    with pytest.raises(ValueError, match="boom"):
+        asyncio.run(run_guarded(boom(), seconds=1, what="op"))
+    assert asyncio.run(run_guarded(answer(), seconds=None, what="op")) == 42
+
+
+def test_awaiting_forever_fails_at_the_limit_with_the_task_stack() -> None:
+    async def waits_on_nothing() -> None:
+        await asyncio.Event().wait()
+
+    message, took = _guarded(waits_on_nothing(), seconds=0.3, limit=" (--stm-timeout)")
+    assert message.startswith(f"op did not finish within 0.3s (--stm-timeout): {AWAITED_FOREVER}")
+    assert "in waits_on_nothing" in message and "await asyncio.Event().wait()" in message
+    assert "abandoned" not in message
+    assert took < 2
+
+
+def test_a_task_that_ignores_cancellation_is_abandoned_and_the_loop_still_ends() -> None:
+    message, took = _guarded(_swallowing_sleep(), seconds=0.3)
+    assert AWAITED_FOREVER in message and "ignored cancellation and was abandoned" in message
+    assert "in _swallowing_sleep" in message
+    assert took < 2  # asyncio.run's shutdown did not wait for the abandoned task
+
+
+def test_background_tasks_ignoring_cancellation_are_abandoned_too() -> None:
+    async def closes_a_stubborn_worker() -> None:
+        worker = asyncio.get_running_loop().create_task(_swallowing_sleep(), name="worker")
+        await asyncio.sleep(0)
+        worker.cancel()
+        await asyncio.gather(worker)  # waits for the worker, which never ends
+
+    message, took = _guarded(closes_a_stubborn_worker(), seconds=30)
+    assert "(waiting on task 'worker', still running 0.3s after it was cancelled" in message
+    assert "ignored cancellation and was abandoned" in message
+    assert "awaiting task 'worker'" in message and "in _swallowing_sleep" in message
+    assert took < 3
+
+
+def test_ignored_cancellation_is_decided_before_the_limit() -> None:
+    async def times_itself_out() -> None:
+        with anyio.fail_after(0.05):
+            await _swallowing_sleep()
+
+    message, took = _guarded(times_itself_out(), seconds=30)
+    assert "after it was cancelled: the cancellation is ignored" in message
+    assert took < 3
+
+
+def test_a_blocked_loop_is_interrupted_with_the_blocking_stack() -> None:
+    message, took = _guarded(_spin(), seconds=30)
+    assert message.startswith(f"op {BLOCKED}")
+    assert "in _spin" in message and "while True" in message
+    assert took < 3
+
+
+def test_a_blocking_c_call_is_interrupted() -> None:
+    async def sleeps_in_c() -> None:
+        time.sleep(60)  # noqa: ASYNC251 - the blocking call under test
+
+    message, took = _guarded(sleeps_in_c(), seconds=30)
+    assert BLOCKED in message and "time.sleep(60)" in message
+    assert took < 3
+
+
+def test_a_background_task_blocking_the_loop_fails_the_operation() -> None:
+    async def waits_while_a_task_spins() -> None:
+        spinner = asyncio.ensure_future(_spin())
+        await asyncio.Event().wait()
+        spinner.cancel()
+
+    message, took = _guarded(waits_while_a_task_spins(), seconds=30)
+    assert BLOCKED in message and "in _spin" in message
+    assert took < 3
+
+
+def test_a_hypothesis_run_of_the_check_itself_may_keep_the_loop() -> None:
+    @settings(max_examples=6, deadline=None, database=None)
+    @given(st.integers())
+    def slow(n: int) -> None:
+        time.sleep(0.1)
+
+    async def runs_hypothesis() -> str:
+        slow()
+        return "done"
+
+    started = time.monotonic()
+    assert asyncio.run(run_guarded(runs_hypothesis(), seconds=10, what="op")) == "done"
+    assert time.monotonic() - started > _deadline.BLOCK_THRESHOLD_S
+
+
+def test_a_loop_off_the_main_thread_is_interrupted_too() -> None:
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            asyncio.run(run_guarded(_spin(), seconds=30, what="op"))
+        except CheckTimeout as exc:
+            outcome["message"] = str(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=10)
+    assert not thread.is_alive(), "the blocked loop in a thread was not interrupted"
+    assert BLOCKED in outcome["message"]
+
+
+def test_waiting_on_a_held_summarizer_call_is_a_deadlock() -> None:
+    summarizer = ScriptedSummarizer()
+    summarizer.hold()
+
+    async def awaits_the_summarizer() -> None:
+        await summarizer({"previous_summary": "", "turns": []})
+
+    message, took = _guarded(awaits_the_summarizer(), seconds=30, probe=_deadline.kit_probe)
+    assert "waiting on a summarizer call the check holds" in message
+    assert took < 3
+
+
+class _Memory:
+    def __init__(self, summarizer: ScriptedSummarizer | None) -> None:
+        # As make_memory passes it: noting the tasks that call it.
+        self.summarizer = None if summarizer is None else _deadline.noting_callers(summarizer)
+
+    async def add_turn(self) -> None:
+        async def work() -> None:
+            if self.summarizer is not None:
+                with contextlib.suppress(RuntimeError):
+                    await self.summarizer({"previous_summary": "", "turns": []})
+            await asyncio.sleep(3600)  # a retry backoff, say
+
+        await asyncio.ensure_future(work())
+
+
+def test_add_turn_waiting_on_a_task_that_called_the_summarizer_is_stuck() -> None:
+    summarizer = ScriptedSummarizer()
+    summarizer.fail_always("raise")
+    memory = _Memory(summarizer)
+    message, took = _guarded(memory.add_turn(), seconds=30, probe=_deadline.kit_probe)
+    assert "waiting on the summarizer, from inside add_turn" in message
+    assert "awaiting task" in message and "in work" in message
+    assert took < 3
+
+
+def test_add_turn_waiting_on_other_work_waits_for_the_limit() -> None:
+    message, _ = _guarded(_Memory(None).add_turn(), seconds=0.5, probe=_deadline.kit_probe)
+    assert message.startswith(f"op did not finish within 0.5s: {AWAITED_FOREVER}")
+
+
+def test_a_guard_with_no_time_left_fails_at_once() -> None:
+    async def never_run() -> None:
+        raise AssertionError("ran")  # pragma: no cover
+
+    message, took = _guarded(never_run(), seconds=0)
+    assert "no time left" in message and took < 1
+
+
+def test_check_deadline_bounds_guards_and_interrupts_synchronous_code() -> None:
+    assert remaining() is None
+    with check_deadline(0):
+        assert remaining() is None
+    started = time.monotonic()
+    with (
+        pytest.raises(CheckTimeout, match=r"check did not finish within 0.2s"),
+        check_deadline(0.2),
+    ):
+        left = remaining()
+        assert left is not None and 0 < left <= 0.2
+        time.sleep(30)
+    assert time.monotonic() - started < 3
+    assert remaining() is None
+
+
+def test_run_bounded_and_close_runner_survive_a_stubborn_backend() -> None:
+    runner = asyncio.Runner()
+    started = time.monotonic()
+    try:
+
+        async def leaves_a_stubborn_task() -> None:
+            task = asyncio.ensure_future(_swallowing_sleep())
+            await asyncio.sleep(0)
+            assert not task.done()
+
+        run_bounded(runner, leaves_a_stubborn_task(), seconds=5)
+        with check_deadline(0.3), pytest.raises(CheckTimeout, match="awaited forever"):
+            run_bounded(runner, _swallowing_sleep())
+    finally:
+        close_runner(runner)  # would wait forever for the stubborn task
+    assert time.monotonic() - started < 4
