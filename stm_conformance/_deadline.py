@@ -67,6 +67,7 @@ __all__ = [
     "close_runner",
     "coroutine_stack",
     "kit_probe",
+    "await_chain",
     "noting_callers",
     "leftover_tasks",
     "remaining",
@@ -271,7 +272,7 @@ async def _guard(
                 if task.done():
                     break
                 now = loop.time()
-                chain = _await_chain(task)
+                chain = await_chain(task)
                 found = _ignoring_cancellation(task, chain)
                 if found is None and probe is not None:
                     found = probe(chain)
@@ -419,7 +420,7 @@ def close_runner(runner: asyncio.Runner) -> None:
 # -- stacks -----------------------------------------------------------------------------
 
 
-def _await_chain(task: asyncio.Task[Any]) -> list[FrameType | Hop]:
+def await_chain(task: asyncio.Task[Any]) -> list[FrameType | Hop]:
     """The frames ``task`` waits in, outermost first, following the tasks it awaits."""
     chain: list[FrameType | Hop] = []
     seen: set[int] = set()
@@ -459,7 +460,7 @@ def coroutine_stack(task: asyncio.Task[Any]) -> str:
             parts.extend(summary.format())
             frames.clear()
 
-    for item in _await_chain(task):
+    for item in await_chain(task):
         if isinstance(item, Hop):
             flush()
             parts.append(f"  ... awaiting task {item.name!r}:\n")

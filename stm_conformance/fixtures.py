@@ -18,7 +18,10 @@ import pytest
 
 from ._deadline import (
     CLOSE_TIMEOUT_S,
+    DEADLOCK_S,
     CheckTimeout,
+    await_chain,
+    kit_probe,
     leftover_tasks,
     noting_callers,
     run_guarded,
@@ -124,28 +127,30 @@ class CheckedMemory:
     async def add_turn(self, turn: Any) -> None:
         """The backend's ``add_turn``; WM-001 if it waits on a held summarizer call."""
         task = asyncio.ensure_future(self._stm_memory.add_turn(turn))
-        done, _ = await asyncio.wait({task}, timeout=ADD_TURN_LIMIT_S)
+        done, _ = await asyncio.wait({task}, timeout=DEADLOCK_S)
         if not done:
-            blocked_on = self._blocked_on()
+            blocked_on = self._blocked_on(task)
+            if blocked_on is None:
+                done, _ = await asyncio.wait({task}, timeout=ADD_TURN_LIMIT_S - DEADLOCK_S)
+                blocked_on = None if done else self._blocked_on(task, waited=True)
             if blocked_on is not None:
                 task.cancel()
-                raise AssertionError(f"{blocked_on} (waited {ADD_TURN_LIMIT_S:g}s)")
+                raise AssertionError(blocked_on)
         await task  # slow for another reason: the check's own limits apply
         await memory_view(self)  # the window and the budget hold after every turn
 
-    def _blocked_on(self) -> str | None:
-        """Why this memory's ``add_turn`` may be stuck: its own callbacks, or summarizing."""
-        cfg = self._stm_config
-        hooks = (cfg.on_turn_added, cfg.on_summary_updated, cfg.on_health_changed)
-        if any(getattr(getattr(h, "__self__", None), "running", 0) for h in hooks):
+    def _blocked_on(self, task: asyncio.Task[Any], *, waited: bool = False) -> str | None:
+        """Why ``add_turn`` is stuck: awaiting the summarizer (WM-001) or one of its
+        callbacks (CB-004), seen in its await chain; after ``ADD_TURN_LIMIT_S`` under
+        ``rolling_summary``, summarizing work it waits for out of sight (WM-001)."""
+        stuck = kit_probe(await_chain(task))
+        if stuck is not None:
+            rule = "CB-004" if "callback" in stuck.why else "WM-001"
+            return f"{rule}: add_turn did not return: {stuck.why}"
+        if waited and self._stm_config.strategy == "rolling_summary":
             return (
-                "CB-004: add_turn did not return while one of its callbacks was still "
-                "running: callbacks must be fire-and-forget"
-            )
-        if cfg.strategy == "rolling_summary":
-            return (
-                "WM-001: add_turn did not return under rolling_summary: it waits for "
-                "summarization (a summarizer call, a retry backoff)"
+                f"WM-001: add_turn did not return within {ADD_TURN_LIMIT_S:g}s under "
+                "rolling_summary: it waits for summarization (a retry backoff, a worker)"
             )
         return None
 

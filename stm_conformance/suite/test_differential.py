@@ -40,11 +40,12 @@ def test_backend_matches_the_spec_model(stm_provider, stm_capabilities, stm_seed
         # scheduling. Say so, with what failed, instead of hypothesis' "inconsistent results".
         inner = _first_assertion(exc)
         requirement = requirement_of(inner) if inner is not None else None
+        seen = f"{type(inner).__name__}: {inner}" if inner is not None else repr(exc)
         again = "rerun as is" if stm_seed is None else f"rerun with --stm-seed={stm_seed}"
         raise AssertionError(
             f"{requirement or MODELLED[0]}: not reproducible (a race in the backend): the "
             f"same operations passed on one run and failed on another ({again} to repeat "
-            f"this run). The failure seen:\n{inner}"
+            f"this run). The failure seen:\n{seen}"
         ) from None
 
 

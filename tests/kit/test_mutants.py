@@ -31,8 +31,6 @@ if str(KIT_TESTS) not in sys.path:
 from stm_mutants import mutant_modules, reference_provider
 
 MUTANTS = mutant_modules()
-#: Per-check deadline inside a run: a mutant that hangs a check fails it quickly.
-CHECK_TIMEOUT_S = 8
 
 
 class SuiteMissedMutant(AssertionError):
@@ -77,9 +75,9 @@ def test_there_are_enough_mutants_and_each_is_well_formed() -> None:
 @pytest.mark.parametrize("name", _params())
 def test_suite_catches_mutant(name: str, tmp_path: Path) -> None:
     module = _mutant(name)
-    report, output = run_suite(
-        tmp_path, f"stm_mutants.{name}:provider", [f"--stm-timeout={CHECK_TIMEOUT_S}"]
-    )
+    # At the default --stm-timeout: hangs are decided by the kit's own fast rules, and a
+    # loaded machine must not turn a slow differential run into a timeout.
+    report, output = run_suite(tmp_path, f"stm_mutants.{name}:provider")
     assert report["backend"]["name"] == module.provider.name, "the mutant was not the backend"
     failed = failed_requirements(report)
     details = f"failed requirements: {sorted(failed)}\nfailing checks:\n{failing_checks(report)}"
