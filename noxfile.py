@@ -8,7 +8,7 @@ nox.options.sessions = ["tests", "lint", "typecheck", "conformance"]
 nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = "3.11"
-TYPED = ["stm_conformance", "reference_impl", "adapters/stm_stores", "adapters/stm_penguiflow"]
+TYPED = ["stm_conformance", "reference_impl", "adapters/stm_stores", "adapters/stm_penguiflow", "adapters/stm_redis"]
 
 
 @nox.session(python=PYTHON)
