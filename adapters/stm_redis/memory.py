@@ -178,8 +178,15 @@ class RedisShortTermMemory:
             None if sync_client is None else sync_client.register_script(scripts.COMMIT)
         )
         self._snap: _Snapshot | None = None
+        #: A summarizer outcome being written: the synchronous accessors show it applied to
+        #: the newest state meanwhile (cached per revision), as the reference shows an
+        #: installed summary at once. Never the base of a write.
+        self._outcomes: list[Callable[[MemoryState], Any]] = []
+        self._shown: tuple[str, int, MemoryState] | None = None
         self._pending_doc: str | None = None
         self._replace_lock = asyncio.Lock()
+        #: Writes of one instance queue here rather than race each other's compare-and-set.
+        self._write_lock = asyncio.Lock()
         self._replace_task: asyncio.Task[None] | None = None
         self._worker: asyncio.Task[None] | None = None
         #: A lease taken by ``add_turn``'s own script, for the worker to use at once.
@@ -248,17 +255,20 @@ class RedisShortTermMemory:
             watermark.admit(state, entry, config)
             budget.enforce(state)
 
-        status, _, _ = await self._commit(admit, turn_id=tid, lease_if=self._wants_lease)
+        status, _, written = await self._commit(admit, turn_id=tid, lease_if=self._wants_lease)
         if status == "ok":
             self._on_turn.emit(turn)
-        if config.strategy == "rolling_summary":
+        if self._handoff is not None or (
+            written is not None and watermark.take_batch(written.state) is not None
+        ):
             self._wake()
 
     async def get_llm_context(self) -> Mapping[str, Any]:
         """The patch to merge into ``llm_context``, read in one round trip."""
         if self._config.strategy == "none":
             return {}
-        return _view(self._config, (await self._refresh()).state)
+        await self._refresh()
+        return _view(self._config, self._state())
 
     def estimate_tokens(self) -> int:
         """``estimator(canonical_json(view))`` of the state last read or written (BUD-008)."""
@@ -428,7 +438,20 @@ class RedisShortTermMemory:
         )
 
     def _state(self) -> MemoryState:
-        return self._snap.state if self._snap is not None else self._empty()
+        snap, outcomes = self._snap, self._outcomes
+        base = snap.state if snap is not None else self._empty()
+        if not outcomes or snap is None:
+            return base
+        shown = self._shown
+        if shown is None or shown[0] != snap.rev or shown[1] != len(outcomes):
+            try:
+                state = self._decode(snap.doc)
+                for outcome in outcomes:
+                    outcome(state)
+            except (_Stale, RedisMemoryError):
+                return base
+            shown = self._shown = (snap.rev, len(outcomes), state)
+        return shown[2]
 
     def _encode(self, state: MemoryState) -> str:
         envelope = {
@@ -514,6 +537,28 @@ class RedisShortTermMemory:
         fence: int | None = None,
         epoch: int | None = None,
         lease_if: Callable[[MemoryState], bool] | None = None,
+        optimistic: bool = False,
+    ) -> tuple[str, _T | None, _Snapshot | None]:
+        """:meth:`_write`, one at a time per instance."""
+        async with self._write_lock:
+            return await self._write(
+                apply,
+                turn_id=turn_id,
+                fence=fence,
+                epoch=epoch,
+                lease_if=lease_if,
+                optimistic=optimistic,
+            )
+
+    async def _write(
+        self,
+        apply: Callable[[MemoryState], _T],
+        *,
+        turn_id: str | None = None,
+        fence: int | None = None,
+        epoch: int | None = None,
+        lease_if: Callable[[MemoryState], bool] | None = None,
+        optimistic: bool = False,
     ) -> tuple[str, _T | None, _Snapshot | None]:
         """Apply ``apply`` to the latest state and compare-and-set it, retrying on conflict.
 
@@ -521,7 +566,9 @@ class RedisShortTermMemory:
         ``("ok", result, snapshot written)``, or ``("dup" | "fenced" | "stale", None, None)``
         when the turn id was recorded already, another worker holds the lease, or the epoch moved.
         When ``lease_if(state)`` holds, the same script takes the summarizer lease if it is
-        free and hands it to this instance's worker.
+        free and hands it to this instance's worker. With ``optimistic``, ``apply`` is a
+        summarizer outcome the synchronous accessors already show (``self._outcomes``);
+        once written it is dropped from there in the same step.
         """
         if self._snap is None or self._pending_doc is not None:
             try:
@@ -554,6 +601,10 @@ class RedisShortTermMemory:
             reply = await self._script(self._commit_script, args, turn_id=turn_id)
             status = _text(reply[0])
             if status == "ok":
+                if optimistic and apply in self._outcomes:
+                    # Written: no longer shown on top of the state (same step as adopting).
+                    self._outcomes.remove(apply)
+                    self._shown = None
                 committed = _Snapshot(
                     rev=_text(reply[1]),
                     fence=int(_text(reply[2])),
@@ -587,6 +638,10 @@ class RedisShortTermMemory:
         except Exception as exc:  # anything else a hostile mapping can raise
             raise ValueError(f"invalid memory state: {type(exc).__name__}: {exc}") from None
         state.stored = stored
+        if state.health.state is MemoryHealth.DEGRADED:
+            # Timers restart from now (they do not cross processes): the next recovery
+            # attempt is one interval away, as after a failed one.
+            state.health.not_before = time.time() + self._config.degraded_retry_interval_s
         doc = self._encode(state)
         if self._sync_commit is not None:
             self._pending_doc = None
@@ -625,7 +680,7 @@ class RedisShortTermMemory:
         return [
             "*",
             doc,
-            "0.0",
+            repr(state.health.not_before),
             self._ttl_ms,
             "",
             "0",
@@ -679,7 +734,6 @@ class RedisShortTermMemory:
         return (
             self._config.strategy == "rolling_summary"
             and not self._closed
-            and (self._worker is None or self._worker.done())
             and self._handoff is None
             and watermark.take_batch(state) is not None
             and state.health.wait_s(time.time()) <= 0
@@ -739,14 +793,11 @@ class RedisShortTermMemory:
     async def _lease(self) -> tuple[_Snapshot | None, str] | None:
         """Take the lease when there is work: ``None`` when there is none, ``(None, "")``
         after waiting (for a retry timer or another holder) so the caller looks again."""
-        snap = self._snap if self._snap is not None else await self._refresh()
         await self._apply_replace()
+        snap = self._snap if self._snap is not None else await self._refresh()
         state = snap.state
         if watermark.take_batch(state) is None:
-            snap = await self._refresh()
-            state = snap.state
-            if watermark.take_batch(state) is None:
-                return None
+            return None  # the worker is woken by whatever leaves work
         delay = state.health.wait_s(time.time())
         if delay > 0:
             await self._sleep(delay)
@@ -763,35 +814,17 @@ class RedisShortTermMemory:
         self._adopt(leased)
         return leased, f"{self._owner}/{leased.fence}"
 
-    async def _hold(self, snap: _Snapshot, token: str) -> None:
-        """Run summarizer calls under one lease while there is work that may start soon."""
-        fence = snap.fence
-        while not self._closed:
-            if snap.fence != fence:
-                return
-            after = await self._summarize(snap, token, fence)
-            if after is None:
-                return
-            state = after.state
-            if watermark.take_batch(state) is None:
-                return
-            delay = state.health.wait_s(time.time())
-            if delay > self._lease_s / 3:
-                return  # a long wait: release the lease meanwhile
-            if delay > 0:
-                await asyncio.sleep(delay)
-                after = await self._refresh()
-            snap = after
+    async def _hold(self, leased: _Snapshot, token: str) -> None:
+        """Summarize under one lease while the next call may start at once.
 
-    async def _summarize(self, leased: _Snapshot, token: str, fence: int) -> _Snapshot | None:
-        """One summarizer call under the lease; its outcome is installed fenced.
-
-        Returns the state written with the outcome, or ``None`` when nothing was done.
+        As in the reference, a call's outcome shows (through the synchronous accessors)
+        from the moment the call returns, and the next call starts in that same step; the
+        outcome is written, fenced, while the next call runs.
         """
-        epoch = leased.epoch
+        fence, epoch = leased.fence, leased.epoch
         state = leased.state
         if watermark.take_batch(state) is None or state.health.wait_s(time.time()) > 0:
-            return None
+            return
         if state.health.state is MemoryHealth.DEGRADED:
 
             def begin(latest: MemoryState) -> Transition:
@@ -802,20 +835,64 @@ class RedisShortTermMemory:
             try:
                 status, change, committed = await self._commit(begin, fence=fence, epoch=epoch)
             except _Stale:
-                return None
+                return
             if status != "ok" or change is None or committed is None:
-                return None
+                return
             self._transition(change)
             state = committed.state
         batch = watermark.take_batch(state)
-        if batch is None:
-            return None
         renewer = asyncio.get_running_loop().create_task(self._renew(token))
+        writing: asyncio.Task[bool] | None = None
         try:
-            summary, error = await self._call(batch)
+            while not self._closed:
+                if batch is None:
+                    # Wait while the last outcome is written: a turn added meanwhile starts
+                    # the next call at once, as it would in the reference.
+                    if writing is None:
+                        break
+                    if writing.done():
+                        if not writing.result():
+                            return
+                        writing = None
+                    else:
+                        changed = self._changed
+                        await changed.wait()
+                    batch = self._next_batch()
+                    continue
+                summary, error = await self._call(batch)
+                finish = self._finish(batch, summary, error)
+                self._outcomes.append(finish)
+                self._shown = None
+                if writing is not None and not await writing:
+                    return
+                writing = asyncio.get_running_loop().create_task(
+                    self._write_outcome(finish, summary, fence, epoch)
+                )
+                writing.add_done_callback(lambda _: self._notify())
+                batch = self._next_batch()
+            if writing is not None:
+                await writing
         finally:
-            renewer.cancel()
-            await asyncio.gather(renewer, return_exceptions=True)
+            self._outcomes.clear()
+            self._shown = None
+            for task in (renewer, writing):
+                if task is not None and not task.done():
+                    task.cancel()
+            await asyncio.gather(
+                *(t for t in (renewer, writing) if t is not None), return_exceptions=True
+            )
+
+    def _next_batch(self) -> watermark.Batch | None:
+        """The next call's turns if it may start now (outcomes not yet written included)."""
+        shown = self._state()
+        if shown.health.state is MemoryHealth.DEGRADED or shown.health.wait_s(time.time()) > 0:
+            return None
+        return watermark.take_batch(shown)
+
+    def _finish(
+        self, batch: watermark.Batch, summary: str | None, error: str | None
+    ) -> Callable[[MemoryState], tuple[str | None, str, Transition]]:
+        """The outcome of one call, as a change to apply to the newest state."""
 
         def finish(latest: MemoryState) -> tuple[str | None, str, Transition]:
             if latest.health.degraded != batch.recovering:
@@ -836,13 +913,25 @@ class RedisShortTermMemory:
             self._budget.settle(latest)
             return reason, old, change
 
+        return finish
+
+    async def _write_outcome(
+        self,
+        finish: Callable[[MemoryState], tuple[str | None, str, Transition]],
+        summary: str | None,
+        fence: int,
+        epoch: int,
+    ) -> bool:
+        """Write one outcome, fenced; whether it was written."""
         try:
-            status, outcome, written = await self._commit(finish, fence=fence, epoch=epoch)
+            status, outcome, _ = await self._commit(
+                finish, fence=fence, epoch=epoch, optimistic=True
+            )
         except _Stale:
-            status, outcome, written = "stale", None, None
+            status, outcome = "stale", None
         if status != "ok" or outcome is None:
             logger.info("summarizer outcome discarded (%s): %s", status, self._keys.state)
-            return None
+            return False
         reason, old, change = outcome
         if reason is None:
             assert summary is not None
@@ -850,7 +939,7 @@ class RedisShortTermMemory:
         else:
             logger.warning("summarizer call failed: %s", reason)
         self._transition(change)
-        return written
+        return True
 
     async def _renew(self, token: str) -> None:
         while True:
