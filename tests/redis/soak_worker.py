@@ -76,9 +76,7 @@ async def main() -> None:
     parser.add_argument("--lease", type=float, default=5.0)
     parser.add_argument("--log", type=Path, required=True)
     args = parser.parse_args()
-    summarizer = Summarizer(
-        args.proc, args.log, slow_s=args.slow, fail=args.fail, hang=args.hang
-    )
+    summarizer = Summarizer(args.proc, args.log, slow_s=args.slow, fail=args.fail, hang=args.hang)
     client = Redis.from_url(args.url, max_connections=64)
     memories = {
         s: RedisShortTermMemory(

@@ -1,8 +1,8 @@
 """Many OS processes on a real ``redis-server``: no turn lost, none summarized twice.
 
 Figures are printed (``pytest -s``) and recorded in ``docs/redis.md``. ``STM_SOAK_TURNS``
-and ``STM_SOAK_SESSIONS`` scale the runs (defaults: 200 turns on one session, and 1,000
-sessions x 5 turns, per process, 8 processes).
+and ``STM_SOAK_SESSIONS`` scale the runs (defaults: 200 turns on one session, and 100
+sessions x 5 turns, per process, 8 processes; the figures in the docs are for 1,000).
 """
 
 from __future__ import annotations
@@ -127,14 +127,11 @@ async def test_eight_processes_on_one_session(redis_server: RedisServer, tmp_pat
 
 
 async def test_eight_processes_on_many_sessions(redis_server: RedisServer, tmp_path: Path) -> None:
-    sessions = int(os.environ.get("STM_SOAK_SESSIONS", "1000"))
+    sessions = int(os.environ.get("STM_SOAK_SESSIONS", "100"))
     namespace = f"soak-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
     processes = [
-        _spawn(
-            redis_server, namespace, p, tmp_path / "calls.jsonl", "--turns=5",
-            f"--sessions={sessions}",
-        )  # fmt: skip
+        _spawn(redis_server, namespace, p, tmp_path / "log", "--turns=5", f"--sessions={sessions}")
         for p in range(PROCS)
     ]
     _wait(processes, timeout=900)
