@@ -799,77 +799,75 @@ class RedisShortTermMemory:
         if watermark.take_batch(state) is None:
             return None  # the worker is woken by whatever leaves work
         delay = state.health.wait_s(time.time())
-        if delay > 0:
-            await self._sleep(delay)
-            await self._refresh()
+        if delay > self._lease_s / 3:
+            await self._sleep(delay)  # long waits are spent without the lease
             return None, ""
         reply = await self._script(
             self._acquire_script, [self._owner, self._lease_ms, self._ttl_ms]
         )
         if _text(reply[0]) == "held":
             await self._sleep(min(max(1, int(_text(reply[1]))) / 1000, self._poll_s))
-            await self._refresh()
             return None, ""
         leased = self._snapshot(reply)
         self._adopt(leased)
         return leased, f"{self._owner}/{leased.fence}"
 
     async def _hold(self, leased: _Snapshot, token: str) -> None:
-        """Summarize under one lease while the next call may start at once.
+        """Summarize under one lease while the next call may start soon.
 
         As in the reference, a call's outcome shows (through the synchronous accessors)
         from the moment the call returns, and the next call starts in that same step; the
-        outcome is written, fenced, while the next call runs.
+        outcome is written, fenced, while the next call runs. Short retry and recovery
+        waits are spent holding the lease, so the call starts as its timer fires.
         """
         fence, epoch = leased.fence, leased.epoch
-        state = leased.state
-        if watermark.take_batch(state) is None or state.health.wait_s(time.time()) > 0:
-            return
-        if state.health.state is MemoryHealth.DEGRADED:
-
-            def begin(latest: MemoryState) -> Transition:
-                if latest.health.state is not MemoryHealth.DEGRADED:
-                    raise _Stale
-                return latest.health.begin_recovery(time.time())
-
-            try:
-                status, change, committed = await self._commit(begin, fence=fence, epoch=epoch)
-            except _Stale:
-                return
-            if status != "ok" or change is None or committed is None:
-                return
-            self._transition(change)
-            state = committed.state
-        batch = watermark.take_batch(state)
-        renewer = asyncio.get_running_loop().create_task(self._renew(token))
+        loop = asyncio.get_running_loop()
+        renewer = loop.create_task(self._renew(token))
         writing: asyncio.Task[bool] | None = None
+        batch: watermark.Batch | None = None
+
+        def write(apply: Callable[[MemoryState], Any], summary: str | None) -> asyncio.Task[bool]:
+            self._outcomes.append(apply)
+            self._shown = None
+            task = loop.create_task(self._write_outcome(apply, summary, fence, epoch))
+            task.add_done_callback(lambda _: self._notify())
+            return task
+
         try:
             while not self._closed:
+                changed = self._changed
+                if writing is not None and writing.done():
+                    if not writing.result():
+                        return
+                    writing = None
                 if batch is None:
-                    # Wait while the last outcome is written: a turn added meanwhile starts
-                    # the next call at once, as it would in the reference.
-                    if writing is None:
-                        break
-                    if writing.done():
-                        if not writing.result():
-                            return
-                        writing = None
-                    else:
-                        changed = self._changed
-                        await changed.wait()
                     batch = self._next_batch()
+                if batch is None:
+                    if writing is not None:
+                        await changed.wait()  # a turn added meanwhile may need a call
+                        continue
+                    shown = self._state()
+                    if watermark.take_batch(shown) is None:
+                        break
+                    delay = shown.health.wait_s(time.time())
+                    if delay > self._lease_s / 3:
+                        break  # a long wait: release the lease meanwhile
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                        continue
+                    if shown.health.state is not MemoryHealth.DEGRADED:
+                        break
+                    writing = write(_begin(time.time()), None)  # RECOVERING, shown at once
                     continue
                 summary, error = await self._call(batch)
                 finish = self._finish(batch, summary, error)
+                batch = None
                 self._outcomes.append(finish)
                 self._shown = None
                 if writing is not None and not await writing:
                     return
-                writing = asyncio.get_running_loop().create_task(
-                    self._write_outcome(finish, summary, fence, epoch)
-                )
-                writing.add_done_callback(lambda _: self._notify())
-                batch = self._next_batch()
+                self._outcomes.remove(finish)
+                writing = write(finish, summary)
             if writing is not None:
                 await writing
         finally:
@@ -885,14 +883,21 @@ class RedisShortTermMemory:
     def _next_batch(self) -> watermark.Batch | None:
         """The next call's turns if it may start now (outcomes not yet written included)."""
         shown = self._state()
-        if shown.health.state is MemoryHealth.DEGRADED or shown.health.wait_s(time.time()) > 0:
+        health = shown.health
+        if health.state is MemoryHealth.DEGRADED:
+            return None
+        if health.state is not MemoryHealth.RECOVERING and health.wait_s(time.time()) > 0:
             return None
         return watermark.take_batch(shown)
 
     def _finish(
         self, batch: watermark.Batch, summary: str | None, error: str | None
     ) -> Callable[[MemoryState], tuple[str | None, str, Transition]]:
-        """The outcome of one call, as a change to apply to the newest state."""
+        """The outcome of one call, as a change to apply to the newest state.
+
+        Timers count from when the call returned, however late the write lands.
+        """
+        now = time.time()
 
         def finish(latest: MemoryState) -> tuple[str | None, str, Transition]:
             if latest.health.degraded != batch.recovering:
@@ -907,7 +912,7 @@ class RedisShortTermMemory:
                 watermark.install(latest, batch, summary)
                 change = latest.health.on_success()
             else:
-                change = latest.health.on_failure(time.time())
+                change = latest.health.on_failure(now)
                 if change[1] is MemoryHealth.DEGRADED and change[0] is not MemoryHealth.RECOVERING:
                     watermark.degrade(latest, self._config)
             self._budget.settle(latest)
@@ -933,10 +938,9 @@ class RedisShortTermMemory:
             logger.info("summarizer outcome discarded (%s): %s", status, self._keys.state)
             return False
         reason, old, change = outcome
-        if reason is None:
-            assert summary is not None
+        if reason is None and summary is not None:
             self._on_summary.emit(old, summary)
-        else:
+        elif reason is not None:
             logger.warning("summarizer call failed: %s", reason)
         self._transition(change)
         return True
@@ -993,6 +997,17 @@ class RedisShortTermMemory:
         ):
             return "summary would take the memory over total_max_tokens"
         return None
+
+
+def _begin(now: float) -> Callable[[MemoryState], tuple[None, str, Transition]]:
+    """A recovery attempt starting at ``now``: DEGRADED -> RECOVERING (HLT-006)."""
+
+    def begin(latest: MemoryState) -> tuple[None, str, Transition]:
+        if latest.health.state is not MemoryHealth.DEGRADED:
+            raise _Stale
+        return None, latest.summary, latest.health.begin_recovery(now)
+
+    return begin
 
 
 def _log_crash(task: asyncio.Task[None]) -> None:
