@@ -64,7 +64,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    session.install("-e", ".[dev,redis]")
+    session.install("-e", ".[dev,fakeredis]")
     session.run("mypy", "--strict", *TYPED)
 
 
