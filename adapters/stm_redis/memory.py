@@ -1,0 +1,1015 @@
+"""``RedisShortTermMemory``: a short-term memory whose whole state lives in Redis.
+
+Any number of instances, in any number of processes, on one :class:`MemoryKey` and
+namespace see one memory. The rules are the reference's own (:mod:`reference_impl.watermark`,
+:mod:`reference_impl.budget`, :mod:`reference_impl.health`, :mod:`reference_impl.schema`),
+applied client-side to the state loaded from Redis; every change is written back by one
+compare-and-set script that also checks the turn id (idempotent retries), the fencing
+token of the summarizer lease and the session epoch. See ``docs/redis.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeVar
+
+from redis import Redis as SyncRedis
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis
+
+from reference_impl import (
+    ConversationTurn,
+    MemoryBudgetExceeded,
+    MemoryHealth,
+    MemoryKey,
+    ShortTermMemoryConfig,
+    schema,
+    watermark,
+)
+from reference_impl.budget import Budget
+from reference_impl.callbacks import CallbackQueue
+from reference_impl.entries import Entry, MemoryState
+from reference_impl.health import HealthMachine, Transition
+from reference_impl.memory import _check_turn
+
+from . import scripts
+from .errors import RedisContentionError, RedisMemoryError, RedisUnavailableError
+from .keys import DEFAULT_NAMESPACE, SessionKeys
+
+__all__ = ["DEFAULT_LEASE_TTL_S", "DEFAULT_TTL_S", "RedisShortTermMemory"]
+
+logger = logging.getLogger("stm_redis.memory")
+
+#: Sliding expiry of a session's keys, refreshed by every write: one day.
+DEFAULT_TTL_S = 24 * 3600.0
+#: How long a summarizer lease lives without renewal (the holder renews it every third).
+DEFAULT_LEASE_TTL_S = 5.0
+
+SummarizerFn = Callable[[Mapping[str, Any]], Awaitable[Mapping[str, Any]]]
+_T = TypeVar("_T")
+
+_UNAVAILABLE = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError, TimeoutError)
+
+
+class _Stale(Exception):
+    """The state changed under a summarizer call so that its outcome no longer applies."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """The state as of revision ``rev`` (``"-1"``: a local state not yet written)."""
+
+    rev: str
+    fence: int
+    epoch: int
+    doc: str
+    state: MemoryState
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    return str(value)
+
+
+def _view(config: ShortTermMemoryConfig, state: MemoryState) -> dict[str, Any]:
+    """The view of a state, exactly as the reference renders it (section 0 of the spec)."""
+    if config.strategy == "none":
+        return {}
+    view: dict[str, Any] = {"recent_turns": [json.loads(e.fragment) for e in state.recent]}
+    if config.strategy == "rolling_summary" and not state.health.degraded:
+        visible = state.visible_pending
+        if visible:
+            view["pending_turns"] = [json.loads(e.fragment) for e in visible]
+        if state.summary:
+            view["summary"] = state.summary
+    return {"conversation_memory": view}
+
+
+class RedisShortTermMemory:
+    """Short-term memory shared through Redis by every instance on one key and namespace.
+
+    ``health``, ``estimate_tokens()`` and ``to_dict()`` are synchronous, as in the
+    protocol: they describe the state this instance last read or wrote (every
+    ``add_turn``, ``get_llm_context``, ``flush`` and summarizer step refreshes it).
+    """
+
+    def __init__(
+        self,
+        client: Redis,
+        *,
+        config: ShortTermMemoryConfig,
+        key: MemoryKey,
+        summarizer: SummarizerFn | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        ttl_s: float | None = DEFAULT_TTL_S,
+        lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
+        poll_interval_s: float = 0.05,
+        owns_client: bool = False,
+        sync_client: SyncRedis | None = None,
+        max_attempts: int = 64,
+        turn_ids_kept: int = 10_000,
+    ) -> None:
+        """Create an instance; nothing is read or written until the first call.
+
+        Args:
+            client: a ``redis.asyncio.Redis`` (any client of that class, e.g. fakeredis').
+            config: strategy, budgets, retry settings and callbacks, as for the reference.
+            key: the memory's key; with ``namespace`` it names the Redis keys.
+            summarizer: ``async (payload) -> {"summary": str}``; required for
+                ``rolling_summary``.
+            namespace: prefix of every Redis key (no braces).
+            ttl_s: sliding expiry of the session's keys, set by every write; ``None``
+                keeps them until :meth:`clear`.
+            lease_ttl_s: lifetime of the summarizer lease between renewals; a crashed
+                holder's lease is taken over after at most this long.
+            poll_interval_s: how often ``flush()`` and a waiting worker re-read the state
+                while another instance holds the lease.
+            owns_client: close ``client`` (and ``sync_client``) in :meth:`aclose`.
+            sync_client: a synchronous client of the same server; with it, ``from_dict``
+                writes the new state before it returns (one blocking round trip), else
+                in the background.
+            max_attempts: compare-and-set attempts before :class:`RedisContentionError`.
+            turn_ids_kept: how many of the newest turn ids are remembered for retries.
+        """
+        if not isinstance(config, ShortTermMemoryConfig):
+            raise TypeError("config must be a ShortTermMemoryConfig")
+        if not isinstance(key, MemoryKey):
+            raise TypeError("key must be a MemoryKey")
+        if config.strategy == "rolling_summary" and summarizer is None:
+            raise ValueError("rolling_summary requires a summarizer callable")
+        if ttl_s is not None and ttl_s <= 0:
+            raise ValueError("ttl_s must be > 0 or None")
+        if lease_ttl_s <= 0 or poll_interval_s <= 0 or max_attempts < 1 or turn_ids_kept < 1:
+            raise ValueError("lease_ttl_s, poll_interval_s, max_attempts, turn_ids_kept: > 0")
+        self._client = client
+        self._config = config
+        self._key = key
+        self._summarizer = summarizer
+        self._keys = SessionKeys.for_key(namespace, key)
+        self._budget = Budget.for_config(config)
+        self._ttl_ms = str(round(ttl_s * 1000)) if ttl_s is not None else "0"
+        self._lease_ms = str(max(1, round(lease_ttl_s * 1000)))
+        self._lease_s = lease_ttl_s
+        self._poll_s = poll_interval_s
+        self._owns_client = owns_client
+        self._max_attempts = max_attempts
+        self._ids_kept = str(turn_ids_kept)
+        self._owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        self._read = client.register_script(scripts.READ)
+        self._commit_script = client.register_script(scripts.COMMIT)
+        self._acquire_script = client.register_script(scripts.ACQUIRE)
+        self._renew_script = client.register_script(scripts.RENEW)
+        self._release_script = client.register_script(scripts.RELEASE)
+        self._clear_script = client.register_script(scripts.CLEAR)
+        self._sync_client = sync_client
+        self._sync_commit = (
+            None if sync_client is None else sync_client.register_script(scripts.COMMIT)
+        )
+        self._snap: _Snapshot | None = None
+        #: A summarizer outcome being written: the synchronous accessors show it applied to
+        #: the newest state meanwhile (cached per revision), as the reference shows an
+        #: installed summary at once. Never the base of a write.
+        self._outcomes: list[Callable[[MemoryState], Any]] = []
+        self._shown: tuple[str, int, MemoryState] | None = None
+        self._pending_doc: str | None = None
+        self._replace_lock = asyncio.Lock()
+        #: Writes of one instance queue here rather than race each other's compare-and-set.
+        self._write_lock = asyncio.Lock()
+        self._replace_task: asyncio.Task[None] | None = None
+        self._worker: asyncio.Task[None] | None = None
+        #: A lease taken by ``add_turn``'s own script, for the worker to use at once.
+        self._handoff: tuple[_Snapshot, str] | None = None
+        self._changed = asyncio.Event()
+        self._closed = False
+        self._on_turn = CallbackQueue("on_turn_added", config.on_turn_added)
+        self._on_summary = CallbackQueue("on_summary_updated", config.on_summary_updated)
+        self._on_health = CallbackQueue("on_health_changed", config.on_health_changed)
+        #: Scripts this instance ran (one round trip each, unless a script had to be
+        #: reloaded after ``SCRIPT FLUSH`` or a restart).
+        self.round_trips = 0
+
+    # -- protocol ------------------------------------------------------------------------
+
+    @property
+    def health(self) -> MemoryHealth:
+        """The summarizer's health as of the last state read or written (HLT-001)."""
+        return self._state().health.state
+
+    @property
+    def key(self) -> MemoryKey:
+        return self._key
+
+    @property
+    def config(self) -> ShortTermMemoryConfig:
+        return self._config
+
+    @property
+    def redis_key(self) -> str:
+        """The Redis key of this session's state hash (errors name it)."""
+        return self._keys.state
+
+    async def add_turn(self, turn: ConversationTurn, *, turn_id: str | None = None) -> None:
+        """Record a finished turn in one round trip; never waits for the summarizer.
+
+        ``turn_id`` identifies the turn (default: a fresh UUID): a turn whose id is
+        recorded already is not added again, so a caller that lost the reply may retry.
+
+        Raises:
+            MemoryBudgetExceeded: ``overflow_policy="error"`` and the turn does not fit.
+            RedisUnavailableError: Redis did not answer; ``recorded`` says whether the
+                turn is stored (``None``: unknown, retry with ``turn_id=error.turn_id``).
+            RedisMemoryError: Redis refused the operation; nothing was written.
+            TypeError: ``turn`` is malformed. RuntimeError: the memory was closed.
+        """
+        if self._closed:
+            raise RuntimeError("add_turn on a closed memory")
+        _check_turn(turn)
+        if turn_id is not None and (not isinstance(turn_id, str) or not turn_id):
+            raise TypeError("turn_id must be a non-empty str")
+        if self._config.strategy == "none":
+            return
+        tid = turn_id if turn_id is not None else uuid.uuid4().hex
+        config, budget = self._config, self._budget
+
+        def admit(state: MemoryState) -> None:
+            entry = Entry.make(
+                state.next_seq, turn, include_digest=config.include_trajectory_digest
+            )
+            if config.budget.overflow_policy == "error" and not budget.fits_after_add(state, entry):
+                raise MemoryBudgetExceeded(
+                    f"turn would take the memory over total_max_tokens="
+                    f"{config.budget.total_max_tokens}"
+                )
+            watermark.admit(state, entry, config)
+            budget.enforce(state)
+
+        status, _, written = await self._commit(admit, turn_id=tid, lease_if=self._wants_lease)
+        if status == "ok":
+            self._on_turn.emit(turn)
+        if self._handoff is not None or (
+            written is not None and watermark.take_batch(written.state) is not None
+        ):
+            self._wake()
+
+    async def get_llm_context(self) -> Mapping[str, Any]:
+        """The patch to merge into ``llm_context``, read in one round trip."""
+        if self._config.strategy == "none":
+            return {}
+        await self._refresh()
+        return _view(self._config, self._state())
+
+    def estimate_tokens(self) -> int:
+        """``estimator(canonical_json(view))`` of the state last read or written (BUD-008)."""
+        return self._budget.tokens(self._state())
+
+    async def flush(self) -> None:
+        """Wait until every turn pending now is summarized, or memory is degraded (WM-007).
+
+        The summarizer may run in another instance: this one re-reads the state every
+        ``poll_interval_s`` while it waits.
+        """
+        if self._config.strategy != "rolling_summary" or self._closed:
+            return
+        snap = await self._refresh()
+        if not snap.state.pending:
+            return
+        target, epoch = snap.state.pending[-1].seq, snap.epoch
+        while not self._closed:
+            state = snap.state
+            if snap.epoch != epoch or state.summarized_through >= target or state.health.degraded:
+                return
+            self._wake()
+            changed = self._changed
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._poll_s):
+                    await changed.wait()
+            snap = await self._refresh()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Stop background work (CON-003), write a pending ``from_dict``, release the lease
+        (when held) and close the client if this memory owns it. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        tasks = [t for t in (self._worker, self._replace_task) if t is not None and not t.done()]
+        self._worker = self._replace_task = None
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for queue in (self._on_turn, self._on_summary, self._on_health):
+            await queue.aclose()
+        handoff, self._handoff = self._handoff, None
+        if handoff is not None:
+            with contextlib.suppress(RedisMemoryError):
+                await self._script(self._release_script, [handoff[1]])
+        if self._pending_doc is not None:
+            try:
+                await self._apply_replace()
+            except RedisMemoryError as exc:
+                logger.warning("state loaded by from_dict was not written: %s", exc)
+        if self._owns_client:
+            await self._client.aclose()
+            if self._sync_client is not None:
+                self._sync_client.close()
+        self._notify()
+
+    async def __aenter__(self) -> RedisShortTermMemory:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def clear(self) -> None:
+        """Forget this session in Redis (turns, summary, health, turn ids), in one round trip."""
+        self._pending_doc = None
+        await self._script(self._clear_script, [self._ttl_ms])
+        self._snap = None
+        await self._refresh()
+        self._notify()
+
+    async def turn_recorded(self, turn_id: str) -> bool:
+        """Whether a turn with this id was recorded (among the newest ``turn_ids_kept``)."""
+        try:
+            score = await self._client.zscore(self._keys.ids, turn_id)
+        except _UNAVAILABLE as exc:
+            raise RedisUnavailableError(
+                f"Redis unavailable: {type(exc).__name__}: {exc}", key=self._keys.state
+            ) from exc
+        return score is not None
+
+    # -- serialization and persistence ----------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The state last read or written, schema ``MemoryStateV2`` (SER-001)."""
+        return schema.dump(self._state(), self._config)
+
+    def from_dict(self, state: Mapping[str, Any]) -> None:
+        """Replace the shared state; ``ValueError`` on malformed input (SER-003).
+
+        With a ``sync_client`` the new state is written before this returns. Without
+        one, this instance shows it at once and writes it in the background, before its
+        next call reaches Redis (``aclose()`` writes it too).
+        """
+        self._replace(state, stored=False)
+
+    async def persist(self, store: Any, key: str) -> None:
+        """Save the current state through ``store`` with the next revision (SER-005/006);
+        a store with ``save_memory_state_if`` gets a conditional write."""
+        if not hasattr(store, "save_memory_state"):
+            return
+        snap = await self._refresh()
+        state = snap.state
+        data = schema.dump(state, self._config)
+        current = state.revision
+        data["revision"] = current + 1
+        data["storage_key"] = key
+        conditional = getattr(store, "save_memory_state_if", None)
+        expected = current if state.stored else None
+
+        def mark(latest: MemoryState) -> None:
+            latest.revision = current + 1
+            latest.stored = True
+
+        async def save() -> None:
+            if conditional is not None:
+                await conditional(key, data, expected_revision=expected)
+            else:
+                await store.save_memory_state(key, data)
+            await self._commit(mark)
+
+        await asyncio.shield(asyncio.ensure_future(save()))
+
+    async def hydrate(self, store: Any, key: str) -> None:
+        """Load through ``store.load_memory_state``; refuse another key's state (KEY-007)."""
+        if not hasattr(store, "load_memory_state"):
+            return
+        data = await store.load_memory_state(key)
+        if data is None:
+            return
+        stored_key = data.get("storage_key") if isinstance(data, Mapping) else None
+        if stored_key is not None and stored_key != key:
+            logger.warning("refusing to hydrate %r with state saved for %r", key, stored_key)
+            return
+        try:
+            self._replace(data, stored=True)
+        except schema.KeyMismatchError as exc:
+            logger.warning("refusing to hydrate %r: %s", key, exc)
+            return
+        await self._apply_replace()
+
+    def get_artifact(self, ref: str) -> Any | None:
+        """Hidden artifacts are not stored by this backend."""
+        del ref
+        return None
+
+    @property
+    def dropped_turns(self) -> int:
+        """Turns dropped from a full DEGRADED backlog (HLT-005)."""
+        return self._state().dropped_turns
+
+    # -- state in Redis ------------------------------------------------------------------
+
+    def _empty(self) -> MemoryState:
+        config = self._config
+        return MemoryState(
+            health=HealthMachine(
+                config.retry_attempts, config.retry_backoff_base_s, config.degraded_retry_interval_s
+            ),
+            key=self._key,
+        )
+
+    def _state(self) -> MemoryState:
+        snap, outcomes = self._snap, self._outcomes
+        base = snap.state if snap is not None else self._empty()
+        if not outcomes or snap is None:
+            return base
+        shown = self._shown
+        if shown is None or shown[0] != snap.rev or shown[1] != len(outcomes):
+            try:
+                state = self._decode(snap.doc)
+                for outcome in outcomes:
+                    outcome(state)
+            except (_Stale, RedisMemoryError):
+                return base
+            shown = self._shown = (snap.rev, len(outcomes), state)
+        return shown[2]
+
+    def _encode(self, state: MemoryState) -> str:
+        envelope = {
+            "state": schema.dump(state, self._config),
+            "stored": state.stored,
+            "not_before": state.health.not_before,
+        }
+        return json.dumps(envelope, ensure_ascii=False, separators=(",", ":"))
+
+    def _decode(self, doc: str) -> MemoryState:
+        if not doc:
+            return self._empty()
+        try:
+            envelope = json.loads(doc)
+            state = schema.load(envelope["state"], self._config, self._budget, self._key)
+            state.stored = bool(envelope.get("stored", False))
+            state.health.not_before = float(envelope.get("not_before", 0.0))
+        except Exception as exc:
+            raise RedisMemoryError(
+                f"stored state cannot be loaded: {type(exc).__name__}: {exc}",
+                key=self._keys.state,
+            ) from exc
+        return state
+
+    def _snapshot(self, reply: Any) -> _Snapshot:
+        """A snapshot from a ``{status, rev, fence, epoch, nb, doc}`` reply."""
+        doc = _text(reply[5])
+        return _Snapshot(
+            rev=_text(reply[1]),
+            fence=int(_text(reply[2])),
+            epoch=int(_text(reply[3])),
+            doc=doc,
+            state=self._decode(doc),
+        )
+
+    def _adopt(self, snap: _Snapshot) -> None:
+        """Keep the newest snapshot; a pending ``from_dict`` stays visible until written."""
+        if self._pending_doc is not None:
+            return
+        current = self._snap
+        if current is None or int(snap.rev) >= int(current.rev):
+            self._snap = snap
+
+    async def _script(self, script: Any, args: list[Any], *, turn_id: str | None = None) -> Any:
+        """Run one script (EVALSHA, reloaded after ``SCRIPT FLUSH``) and map errors.
+
+        A lost reply leaves a write's outcome unknown (``recorded=None``); a refused script
+        wrote nothing (``recorded=False``).
+        """
+        self.round_trips += 1
+        try:
+            return await script(keys=self._keys.all(), args=args, client=self._client)
+        except _UNAVAILABLE as exc:
+            raise RedisUnavailableError(
+                f"Redis unavailable: {type(exc).__name__}: {exc}",
+                key=self._keys.state,
+                turn_id=turn_id,
+            ) from exc
+        except redis_errors.RedisError as exc:
+            raise RedisMemoryError(
+                f"Redis refused the operation: {type(exc).__name__}: {exc}",
+                key=self._keys.state,
+                turn_id=turn_id,
+                recorded=False if turn_id is not None else None,
+            ) from exc
+
+    async def _refresh(self) -> _Snapshot:
+        """Read the state in one round trip (only the revision travels if unchanged)."""
+        await self._apply_replace()
+        while True:
+            known = self._snap.rev if self._snap is not None else "-1"
+            reply = await self._script(self._read, [known])
+            if _text(reply[0]) != "same":
+                self._adopt(self._snapshot(reply))
+            if self._snap is not None:
+                return self._snap
+
+    async def _commit(
+        self,
+        apply: Callable[[MemoryState], _T],
+        *,
+        turn_id: str | None = None,
+        fence: int | None = None,
+        epoch: int | None = None,
+        lease_if: Callable[[MemoryState], bool] | None = None,
+        optimistic: bool = False,
+    ) -> tuple[str, _T | None, _Snapshot | None]:
+        """:meth:`_write`, one at a time per instance."""
+        async with self._write_lock:
+            return await self._write(
+                apply,
+                turn_id=turn_id,
+                fence=fence,
+                epoch=epoch,
+                lease_if=lease_if,
+                optimistic=optimistic,
+            )
+
+    async def _write(
+        self,
+        apply: Callable[[MemoryState], _T],
+        *,
+        turn_id: str | None = None,
+        fence: int | None = None,
+        epoch: int | None = None,
+        lease_if: Callable[[MemoryState], bool] | None = None,
+        optimistic: bool = False,
+    ) -> tuple[str, _T | None, _Snapshot | None]:
+        """Apply ``apply`` to the latest state and compare-and-set it, retrying on conflict.
+
+        ``apply`` mutates a fresh copy and may raise (nothing is written). Returns
+        ``("ok", result, snapshot written)``, or ``("dup" | "fenced" | "stale", None, None)``
+        when the turn id was recorded already, another worker holds the lease, or the epoch moved.
+        When ``lease_if(state)`` holds, the same script takes the summarizer lease if it is
+        free and hands it to this instance's worker. With ``optimistic``, ``apply`` is a
+        summarizer outcome the synchronous accessors already show (``self._outcomes``);
+        once written it is dropped from there in the same step.
+        """
+        if self._snap is None or self._pending_doc is not None:
+            try:
+                await self._refresh()
+            except RedisMemoryError as exc:
+                if turn_id is not None:  # nothing was sent yet: the turn is not recorded
+                    exc.turn_id, exc.recorded = turn_id, False
+                raise
+        snap = self._snap
+        assert snap is not None
+        for attempt in range(self._max_attempts):
+            if epoch is not None and snap.epoch != epoch:
+                return "stale", None, None
+            state = self._decode(snap.doc)
+            result = apply(state)
+            doc = self._encode(state)
+            args = [
+                snap.rev,
+                doc,
+                repr(state.health.not_before),
+                self._ttl_ms,
+                turn_id or "",
+                str(state.next_seq - 1),
+                "" if fence is None else str(fence),
+                "",
+                self._ids_kept,
+                self._owner if lease_if is not None and lease_if(state) else "",
+                self._lease_ms,
+            ]
+            reply = await self._script(self._commit_script, args, turn_id=turn_id)
+            status = _text(reply[0])
+            if status == "ok":
+                if optimistic and apply in self._outcomes:
+                    # Written: no longer shown on top of the state (same step as adopting).
+                    self._outcomes.remove(apply)
+                    self._shown = None
+                committed = _Snapshot(
+                    rev=_text(reply[1]),
+                    fence=int(_text(reply[2])),
+                    epoch=int(_text(reply[3])),
+                    doc=doc,
+                    state=state,
+                )
+                self._adopt(committed)
+                if _text(reply[4]) == "1":
+                    self._handoff = (committed, f"{self._owner}/{committed.fence}")
+                self._notify()
+                return "ok", result, committed
+            snap = self._snapshot(reply)
+            self._adopt(snap)
+            if status in ("dup", "fenced"):
+                return status, None, None
+            if attempt >= 2:
+                await asyncio.sleep(random.uniform(0, min(0.05, 0.0005 * 2**attempt)))
+        raise RedisContentionError(
+            f"compare-and-set lost {self._max_attempts} times in a row",
+            key=self._keys.state,
+            turn_id=turn_id,
+            recorded=False if turn_id is not None else None,
+        )
+
+    def _replace(self, data: Mapping[str, Any], *, stored: bool) -> None:
+        try:
+            state = schema.load(data, self._config, self._budget, self._key)
+        except ValueError:
+            raise
+        except Exception as exc:  # anything else a hostile mapping can raise
+            raise ValueError(f"invalid memory state: {type(exc).__name__}: {exc}") from None
+        state.stored = stored
+        if state.health.state is MemoryHealth.DEGRADED:
+            # Timers restart from now (they do not cross processes): the next recovery
+            # attempt is one interval away, as after a failed one.
+            state.health.not_before = time.time() + self._config.degraded_retry_interval_s
+        doc = self._encode(state)
+        if self._sync_commit is not None:
+            self._pending_doc = None
+            self.round_trips += 1
+            try:
+                reply = self._sync_commit(
+                    keys=self._keys.all(), args=self._replace_args(doc, state)
+                )
+            except _UNAVAILABLE as exc:
+                raise RedisUnavailableError(
+                    f"Redis unavailable: {type(exc).__name__}: {exc}", key=self._keys.state
+                ) from exc
+            except redis_errors.RedisError as exc:
+                raise RedisMemoryError(
+                    f"Redis refused the operation: {type(exc).__name__}: {exc}",
+                    key=self._keys.state,
+                ) from exc
+            self._snap = self._replaced(reply, doc, state)
+            self._notify()
+            if self._config.strategy == "rolling_summary":
+                self._wake()
+            return
+        self._pending_doc = doc
+        self._snap = _Snapshot(rev="-1", fence=0, epoch=-1, doc=doc, state=state)
+        self._notify()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # written by the next call
+        if not self._closed and (self._replace_task is None or self._replace_task.done()):
+            self._replace_task = loop.create_task(self._replace_in_background())
+
+    def _replace_args(self, doc: str, state: MemoryState) -> list[str]:
+        """COMMIT arguments writing ``doc`` unconditionally as a new epoch."""
+        lease = self._owner if self._wants_lease(state) else ""
+        return [
+            "*",
+            doc,
+            repr(state.health.not_before),
+            self._ttl_ms,
+            "",
+            "0",
+            "",
+            "bump",
+            self._ids_kept,
+            lease,
+            self._lease_ms,
+        ]
+
+    def _replaced(self, reply: Any, doc: str, state: MemoryState) -> _Snapshot:
+        written = _Snapshot(
+            rev=_text(reply[1]),
+            fence=int(_text(reply[2])),
+            epoch=int(_text(reply[3])),
+            doc=doc,
+            state=state,
+        )
+        if _text(reply[4]) == "1":
+            self._handoff = (written, f"{self._owner}/{written.fence}")
+        return written
+
+    async def _replace_in_background(self) -> None:
+        try:
+            await self._apply_replace()
+        except RedisMemoryError as exc:
+            logger.warning("writing the state loaded by from_dict failed (retried later): %s", exc)
+
+    async def _apply_replace(self) -> None:
+        """Write the state given to ``from_dict``, as a new epoch (timers start over)."""
+        if self._pending_doc is None:
+            return
+        async with self._replace_lock:
+            while (doc := self._pending_doc) is not None:
+                assert self._snap is not None
+                state = self._snap.state
+                reply = await self._script(self._commit_script, self._replace_args(doc, state))
+                written = self._replaced(reply, doc, state)
+                if self._pending_doc is doc:
+                    self._pending_doc = None
+                    self._snap = written
+        self._notify()
+        if self._config.strategy == "rolling_summary":
+            self._wake()
+
+    # -- the summarizer ------------------------------------------------------------------
+
+    def _wants_lease(self, state: MemoryState) -> bool:
+        """Whether a write should take the summarizer lease in the same round trip: it
+        leaves work for a summarizer call now and no worker of this instance has a lease."""
+        return (
+            self._config.strategy == "rolling_summary"
+            and not self._closed
+            and self._handoff is None
+            and watermark.take_batch(state) is not None
+            and state.health.wait_s(time.time()) <= 0
+        )
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _transition(self, change: Transition) -> None:
+        old, new = change
+        if old is not new:
+            logger.info("summarizer health %s -> %s (%s)", old.value, new.value, self._keys.state)
+            self._on_health.emit(old, new)
+
+    def _wake(self) -> None:
+        if self._closed or (self._worker is not None and not self._worker.done()):
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._worker = loop.create_task(self._work(), name="stm-redis-summarizer")
+        self._worker.add_done_callback(_log_crash)
+
+    async def _sleep(self, delay: float) -> None:
+        changed = self._changed
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await changed.wait()
+
+    async def _work(self) -> None:
+        """Summarize while there is work, one lease holder per session at a time (WM-004)."""
+        failures = 0
+        while not self._closed:
+            try:
+                handoff: tuple[_Snapshot | None, str] | None = self._handoff
+                self._handoff = None
+                if handoff is None:
+                    handoff = await self._lease()
+                    if handoff is None:
+                        return
+                leased, token = handoff
+                if leased is None:
+                    continue
+                try:
+                    await self._hold(leased, token)
+                finally:
+                    with contextlib.suppress(RedisMemoryError):
+                        await self._script(self._release_script, [token])
+                failures = 0
+            except RedisMemoryError as exc:
+                failures += 1
+                logger.warning("summarizer worker: %s", exc)
+                await self._sleep(min(2.0, self._poll_s * 2**failures))
+
+    async def _lease(self) -> tuple[_Snapshot | None, str] | None:
+        """Take the lease when there is work: ``None`` when there is none, ``(None, "")``
+        after waiting (for a retry timer or another holder) so the caller looks again."""
+        await self._apply_replace()
+        snap = self._snap if self._snap is not None else await self._refresh()
+        state = snap.state
+        if watermark.take_batch(state) is None:
+            return None  # the worker is woken by whatever leaves work
+        delay = state.health.wait_s(time.time())
+        if delay > self._lease_s / 3:
+            await self._sleep(delay)  # long waits are spent without the lease
+            return None, ""
+        reply = await self._script(
+            self._acquire_script, [self._owner, self._lease_ms, self._ttl_ms]
+        )
+        if _text(reply[0]) == "held":
+            await self._sleep(min(max(1, int(_text(reply[1]))) / 1000, self._poll_s))
+            return None, ""
+        leased = self._snapshot(reply)
+        self._adopt(leased)
+        return leased, f"{self._owner}/{leased.fence}"
+
+    async def _hold(self, leased: _Snapshot, token: str) -> None:
+        """Summarize under one lease while the next call may start soon.
+
+        As in the reference, a call's outcome shows (through the synchronous accessors)
+        from the moment the call returns, and the next call starts in that same step; the
+        outcome is written, fenced, while the next call runs. Short retry and recovery
+        waits are spent holding the lease, so the call starts as its timer fires.
+        """
+        fence, epoch = leased.fence, leased.epoch
+        loop = asyncio.get_running_loop()
+        renewer = loop.create_task(self._renew(token))
+        writing: asyncio.Task[bool] | None = None
+        batch: watermark.Batch | None = None
+
+        def write(apply: Callable[[MemoryState], Any], summary: str | None) -> asyncio.Task[bool]:
+            self._outcomes.append(apply)
+            self._shown = None
+            task = loop.create_task(self._write_outcome(apply, summary, fence, epoch))
+            task.add_done_callback(lambda _: self._notify())
+            return task
+
+        try:
+            while not self._closed:
+                changed = self._changed
+                if writing is not None and writing.done():
+                    if not writing.result():
+                        return
+                    writing = None
+                if batch is None:
+                    batch = self._next_batch()
+                if batch is None:
+                    if writing is not None:
+                        await changed.wait()  # a turn added meanwhile may need a call
+                        continue
+                    shown = self._state()
+                    if watermark.take_batch(shown) is None:
+                        break
+                    delay = shown.health.wait_s(time.time())
+                    if delay > self._lease_s / 3:
+                        break  # a long wait: release the lease meanwhile
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                        continue
+                    if shown.health.state is not MemoryHealth.DEGRADED:
+                        break
+                    writing = write(_begin(time.time()), None)  # RECOVERING, shown at once
+                    continue
+                summary, error = await self._call(batch)
+                finish = self._finish(batch, summary, error)
+                batch = None
+                self._outcomes.append(finish)
+                self._shown = None
+                if writing is not None and not await writing:
+                    return
+                self._outcomes.remove(finish)
+                writing = write(finish, summary)
+            if writing is not None:
+                await writing
+        finally:
+            self._outcomes.clear()
+            self._shown = None
+            for task in (renewer, writing):
+                if task is not None and not task.done():
+                    task.cancel()
+            await asyncio.gather(
+                *(t for t in (renewer, writing) if t is not None), return_exceptions=True
+            )
+
+    def _next_batch(self) -> watermark.Batch | None:
+        """The next call's turns if it may start now (outcomes not yet written included)."""
+        shown = self._state()
+        health = shown.health
+        if health.state is MemoryHealth.DEGRADED:
+            return None
+        if health.state is not MemoryHealth.RECOVERING and health.wait_s(time.time()) > 0:
+            return None
+        return watermark.take_batch(shown)
+
+    def _finish(
+        self, batch: watermark.Batch, summary: str | None, error: str | None
+    ) -> Callable[[MemoryState], tuple[str | None, str, Transition]]:
+        """The outcome of one call, as a change to apply to the newest state.
+
+        Timers count from when the call returned, however late the write lands.
+        """
+        now = time.time()
+
+        def finish(latest: MemoryState) -> tuple[str | None, str, Transition]:
+            if latest.health.degraded != batch.recovering:
+                raise _Stale
+            reason = error
+            if reason is None:
+                assert summary is not None
+                reason = self._reject_summary(latest, batch, summary)
+            old = latest.summary
+            if reason is None:
+                assert summary is not None
+                watermark.install(latest, batch, summary)
+                change = latest.health.on_success()
+            else:
+                change = latest.health.on_failure(now)
+                if change[1] is MemoryHealth.DEGRADED and change[0] is not MemoryHealth.RECOVERING:
+                    watermark.degrade(latest, self._config)
+            self._budget.settle(latest)
+            return reason, old, change
+
+        return finish
+
+    async def _write_outcome(
+        self,
+        finish: Callable[[MemoryState], tuple[str | None, str, Transition]],
+        summary: str | None,
+        fence: int,
+        epoch: int,
+    ) -> bool:
+        """Write one outcome, fenced; whether it was written."""
+        try:
+            status, outcome, _ = await self._commit(
+                finish, fence=fence, epoch=epoch, optimistic=True
+            )
+        except _Stale:
+            status, outcome = "stale", None
+        if status != "ok" or outcome is None:
+            logger.info("summarizer outcome discarded (%s): %s", status, self._keys.state)
+            return False
+        reason, old, change = outcome
+        if reason is None and summary is not None:
+            self._on_summary.emit(old, summary)
+        elif reason is not None:
+            logger.warning("summarizer call failed: %s", reason)
+        self._transition(change)
+        return True
+
+    async def _renew(self, token: str) -> None:
+        while True:
+            await asyncio.sleep(self._lease_s / 3)
+            try:
+                held = await self._script(self._renew_script, [token, self._lease_ms])
+            except RedisMemoryError as exc:
+                logger.warning("could not renew the summarizer lease: %s", exc)
+                continue
+            if not held:
+                logger.warning("summarizer lease lost: %s", self._keys.state)
+                return
+
+    async def _call(self, batch: watermark.Batch) -> tuple[str | None, str | None]:
+        """Run one summarizer call; returns ``(summary, None)`` or ``(None, reason)``."""
+        assert self._summarizer is not None
+        payload = {
+            "previous_summary": batch.previous_summary,
+            "turns": [json.loads(e.fragment) for e in batch.entries],
+        }
+        try:
+            async with asyncio.timeout(self._config.summarizer_timeout_s):
+                response = await self._summarizer(payload)
+            summary = response.get("summary") if isinstance(response, Mapping) else None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            return None, "summarizer raised CancelledError"
+        except TimeoutError:
+            return None, f"summarizer timed out after {self._config.summarizer_timeout_s}s"
+        except Exception as exc:
+            return None, f"summarizer raised {type(exc).__name__}: {exc}"
+        if not isinstance(response, Mapping):
+            return None, f"summarizer returned {type(response).__name__}, not a mapping"
+        if not isinstance(summary, str):
+            return None, "summarizer output has no string 'summary'"
+        return summary, None
+
+    def _reject_summary(
+        self, state: MemoryState, batch: watermark.Batch, summary: str
+    ) -> str | None:
+        """BUD-007: an oversize summary is a summarizer failure."""
+        if not self._budget.summary_fits(summary):
+            return (
+                f"summary of {self._budget.meter.text_size(summary)} tokens exceeds "
+                f"summary_max_tokens={self._config.budget.summary_max_tokens}"
+            )
+        if self._config.budget.overflow_policy == "error" and not self._budget.fits_after_install(
+            state, batch, summary
+        ):
+            return "summary would take the memory over total_max_tokens"
+        return None
+
+
+def _begin(now: float) -> Callable[[MemoryState], tuple[None, str, Transition]]:
+    """A recovery attempt starting at ``now``: DEGRADED -> RECOVERING (HLT-006)."""
+
+    def begin(latest: MemoryState) -> tuple[None, str, Transition]:
+        if latest.health.state is not MemoryHealth.DEGRADED:
+            raise _Stale
+        return None, latest.summary, latest.health.begin_recovery(now)
+
+    return begin
+
+
+def _log_crash(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        logger.error("summarizer worker crashed", exc_info=exc)

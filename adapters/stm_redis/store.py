@@ -1,0 +1,137 @@
+"""``RedisStateStore``: durable snapshots of memory state in Redis, with conditional saves."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis
+from stm_stores.codec import check_expected_revision, check_key, decode_state, encode_state
+
+from reference_impl.store import StaleStateError, StateStoreError
+
+from .keys import check_namespace
+
+__all__ = ["RedisStateStore"]
+
+# KEYS[1] the record (a hash of rev and state). ARGV: 1 expected rev ('' = no record may
+# exist), 2 new rev, 3 state, 4 ttl ms (0: none). Replies {'ok'} or {'stale', actual|''}.
+_SAVE_IF = """
+local actual = redis.call('HGET', KEYS[1], 'rev')
+if (actual or '') ~= ARGV[1] then return {'stale', actual or ''} end
+redis.call('HSET', KEYS[1], 'rev', ARGV[2], 'state', ARGV[3])
+if tonumber(ARGV[4]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
+return {'ok'}
+"""
+
+_UNAVAILABLE = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError, TimeoutError)
+
+
+def _escape_glob(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+class RedisStateStore:
+    """Keeps each state as a hash (``rev``, ``state`` JSON) under ``<namespace>:<key>``.
+
+    Implements :class:`reference_impl.store.ConditionalStateStore`: a conditional save
+    compares and writes inside one script, atomic across processes. Keys are used as
+    given after the namespace, so distinct store keys never share a record. ``ttl_s``
+    (default none) expires records not saved for that long.
+    """
+
+    def __init__(
+        self,
+        client: Redis,
+        *,
+        namespace: str = "stm-state",
+        ttl_s: float | None = None,
+        owns_client: bool = False,
+    ) -> None:
+        self._client = client
+        self._namespace = check_namespace(namespace)
+        self._ttl_ms = "0" if ttl_s is None else str(round(ttl_s * 1000))
+        self._owns_client = owns_client
+        self._save_if = client.register_script(_SAVE_IF)
+
+    def _key(self, key: str) -> str:
+        return f"{self._namespace}:{check_key(key)}"
+
+    async def save_memory_state(self, key: str, state: Mapping[str, Any]) -> None:
+        """Store ``state`` under ``key``, replacing any existing record."""
+        redis_key = self._key(key)
+        revision, text = encode_state(key, state)
+        try:
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.hset(redis_key, mapping={"rev": str(revision), "state": text})
+                if self._ttl_ms != "0":
+                    pipe.pexpire(redis_key, int(self._ttl_ms))
+                await pipe.execute()
+        except redis_errors.RedisError as exc:
+            raise self._error(key, exc) from exc
+
+    async def save_memory_state_if(
+        self, key: str, state: Mapping[str, Any], *, expected_revision: int | None
+    ) -> None:
+        """Store ``state`` only if the stored revision equals ``expected_revision``
+        (``None``: no record may exist); else :class:`StaleStateError`, record unchanged."""
+        redis_key = self._key(key)
+        check_expected_revision(expected_revision)
+        revision, text = encode_state(key, state)
+        expected = "" if expected_revision is None else str(expected_revision)
+        try:
+            reply = await self._save_if(
+                keys=[redis_key], args=[expected, str(revision), text, self._ttl_ms]
+            )
+        except redis_errors.RedisError as exc:
+            raise self._error(key, exc) from exc
+        if _text(reply[0]) != "ok":
+            actual = _text(reply[1])
+            raise StaleStateError(
+                key, expected=expected_revision, actual=int(actual) if actual else None
+            )
+
+    async def load_memory_state(self, key: str) -> dict[str, Any] | None:
+        """Return the state under ``key``, or ``None``."""
+        redis_key = self._key(key)
+        try:
+            rev, text = await self._client.hmget(redis_key, ["rev", "state"])
+        except redis_errors.RedisError as exc:
+            raise self._error(key, exc) from exc
+        if text is None:
+            return None
+        return decode_state(key, _text(text), int(_text(rev)))
+
+    async def delete_memory_state(self, key: str) -> bool:
+        """Remove the record under ``key``; return whether there was one."""
+        redis_key = self._key(key)
+        try:
+            return bool(await self._client.delete(redis_key))
+        except redis_errors.RedisError as exc:
+            raise self._error(key, exc) from exc
+
+    async def keys(self) -> list[str]:
+        """Every stored key, sorted by code point."""
+        prefix = f"{self._namespace}:"
+        found: list[str] = []
+        try:
+            async for raw in self._client.scan_iter(match=_escape_glob(prefix) + "*", count=500):
+                found.append(_text(raw)[len(prefix) :])
+        except redis_errors.RedisError as exc:
+            raise StateStoreError(f"listing keys failed: {exc}") from exc
+        return sorted(found)
+
+    async def aclose(self) -> None:
+        """Close the client if this store owns it."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    def _error(self, key: str, exc: Exception) -> StateStoreError:
+        if isinstance(exc, _UNAVAILABLE):
+            return StateStoreError(f"Redis unavailable: {type(exc).__name__}: {exc}", key=key)
+        return StateStoreError(f"Redis refused the operation: {exc}", key=key)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
