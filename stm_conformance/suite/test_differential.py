@@ -49,11 +49,15 @@ def test_backend_matches_the_spec_model(stm_provider, stm_capabilities, stm_seed
         ) from None
 
 
-def _first_assertion(error: BaseException) -> BaseException | None:
+def _first_assertion(error: BaseException | None, seen: int = 0) -> BaseException | None:
+    """The first assertion inside a hypothesis flakiness error: in its group, its cause
+    or its context."""
+    if error is None or seen > 20:
+        return None
     if isinstance(error, AssertionError):
         return error
-    for inner in getattr(error, "exceptions", ()):
-        found = _first_assertion(inner)
+    for inner in (*getattr(error, "exceptions", ()), error.__cause__, error.__context__):
+        found = _first_assertion(inner, seen + 1)
         if found is not None:
             return found
     return None

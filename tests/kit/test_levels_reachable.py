@@ -55,3 +55,17 @@ def test_the_differential_catches_a_broken_reference(tmp_path: Path) -> None:
     checks = [c for c in report["checks"] if "test_differential" in c["nodeid"]]
     assert checks and checks[0]["outcome"] == "failed", output[-3000:]
     assert checks[0]["blamed"] in {"WM-003", "WM-002"}, failing_checks(report)
+
+
+def test_a_failure_that_does_not_repeat_is_reported_as_a_race(tmp_path: Path) -> None:
+    report, output = run_suite(
+        tmp_path,
+        "stm_restricted:racy",
+        ["--pyargs", "stm_conformance.suite.test_differential"],
+    )
+    check = next(c for c in report["checks"] if "test_differential" in c["nodeid"])
+    message = check["message"] or ""
+    assert check["outcome"] == "failed", output[-3000:]
+    assert check["blamed"] == "BUD-008", message
+    assert "not reproducible (a race in the backend)" in message, message
+    assert "rerun" in message and "estimate_tokens()" in message, message

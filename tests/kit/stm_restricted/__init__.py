@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Any
 
 from reference_impl import watermark
 from reference_impl.entries import MemoryState
 from reference_impl.provider import provider as reference_provider
 from stm_conformance.provider import Provider
 
-__all__ = ["broken_reference", "restricted"]
+__all__ = ["broken_reference", "racy", "restricted"]
 
 
 def restricted() -> Provider:
@@ -42,3 +43,24 @@ def broken_reference() -> Provider:
 
     watermark.install = install
     return dataclasses.replace(reference_provider, name="reference-broken-in-place")
+
+
+def racy() -> Provider:
+    """The reference, except that the third memory it makes in a process counts one token
+    too many: a failure that does not come back when the same operations run again, as a
+    race in a real backend would not."""
+    from reference_impl.memory import DefaultShortTermMemory
+
+    made = 0
+
+    class OffByOneOnce(DefaultShortTermMemory):
+        def estimate_tokens(self) -> int:
+            return super().estimate_tokens() + 1
+
+    async def create(config: Any, key: Any, summarizer: Any) -> Any:
+        nonlocal made
+        made += 1
+        memory_class = OffByOneOnce if made == 3 else DefaultShortTermMemory
+        return memory_class(config=config, summarizer=summarizer, key=key)
+
+    return dataclasses.replace(reference_provider, name="reference-racy", create=create)
