@@ -92,10 +92,10 @@ def fresh_key() -> MemoryKey:
 
 #: How long ``add_turn`` may take, under ``rolling_summary`` or while the memory's own
 #: callbacks run, before the check blames WM-001 or CB-004 rather than its own requirement.
-ADD_TURN_LIMIT_S = 2.0
+ADD_TURN_LIMIT_S = 1.0
 #: How long ``flush`` may take while no summarizer call is held before the check blames
 #: WM-008 (a call hangs) or WM-007 (it waits for turns no call will cover).
-FLUSH_LIMIT_S = 5.0
+FLUSH_LIMIT_S = 4.0
 
 
 class CheckedMemory:
@@ -109,8 +109,10 @@ class CheckedMemory:
       (BUD-003) and the token limit (BUD-001) must hold, see
       :func:`~stm_conformance.checks.memory_view`;
     - ``flush`` that returns with a turn still pending that was pending when it was called,
-      the memory not degraded: WM-007; that does not return while no summarizer call is
-      held: WM-008 if a call hangs (no timeout), else WM-007.
+      the memory not degraded: WM-007; that does not return within ``FLUSH_LIMIT_S`` while
+      no summarizer call is held: WM-008 if a call hangs (no timeout), HLT-004 if the
+      memory stays in RETRY with calls still coming, HLT-002 if it stays in RETRY without
+      retrying, else WM-007.
     """
 
     def __init__(self, memory: Any, config: ShortTermMemoryConfig, summarizer: Any = None) -> None:
@@ -154,23 +156,29 @@ class CheckedMemory:
             )
         return None
 
+    def _stuck_flush(self, summarizer: ScriptedSummarizer, calling: bool) -> str:
+        """Why ``flush`` did not return within ``FLUSH_LIMIT_S``, no call being held."""
+        waited = f"flush() did not return within {FLUSH_LIMIT_S:g}s"
+        if summarizer.hanging:
+            return f"WM-008: {waited} while a summarizer call hangs: it must time out"
+        if str(self._stm_memory.health.value) == "retry":
+            if calling:  # failing calls keep coming: retries never run out
+                return f"HLT-004: {waited}: the memory keeps retrying and never degrades"
+            return f"HLT-002: {waited}: the memory stays in RETRY without retrying by itself"
+        return f"WM-007: {waited} with no call held or hanging: it waits for turns no call covers"
+
     async def flush(self) -> None:
         """The backend's ``flush``; WM-007 if it returns before the pending turns are in."""
         before = _pending_users(await self._stm_memory.get_llm_context())
         task = asyncio.ensure_future(self._stm_memory.flush())
         while not task.done():
-            await asyncio.wait({task}, timeout=FLUSH_LIMIT_S)
             summarizer = self._stm_summarizer
+            calls = len(summarizer.calls) if summarizer is not None else 0
+            await asyncio.wait({task}, timeout=FLUSH_LIMIT_S)
             if task.done() or summarizer is None or summarizer.waiting:
                 continue  # a held or unknown summarizer: the check's own limits apply
             task.cancel()
-            raise AssertionError(
-                f"WM-008: flush() did not return within {FLUSH_LIMIT_S:g}s while a "
-                "summarizer call hangs: a call must fail after summarizer_timeout_s"
-                if summarizer.hanging
-                else f"WM-007: flush() did not return within {FLUSH_LIMIT_S:g}s with no "
-                "summarizer call held or hanging: it waits for turns no call will cover"
-            )
+            raise AssertionError(self._stuck_flush(summarizer, len(summarizer.calls) > calls))
         task.result()
         if not before or str(self._stm_memory.health.value) in ("degraded", "recovering"):
             return

@@ -13,7 +13,14 @@ from typing import Any
 
 __all__ = ["render_matrix"]
 
-_MARK = {"pass": "pass", "fail": "**FAIL**", "skip": "skip", "xfail": "xfail", "untested": "—"}
+_MARK = {
+    "pass": "pass",
+    "fail": "**FAIL**",
+    "skip": "skip",
+    "xfail": "xfail",
+    "inconclusive": "inconclusive",
+    "untested": "—",
+}
 
 
 def render_matrix(reports: Sequence[dict[str, Any]]) -> str:

@@ -192,7 +192,10 @@ async def test_round_trip_keeps_a_failing_health(make_memory, health):
         if memory.health.value == health:
             break
         await anyio.sleep(0.005)
-    assert memory.health.value == health, "check setup"
+    rule = "HLT-004" if health == "degraded" else "HLT-002"
+    assert memory.health.value == health, (
+        f"{rule}: the memory did not reach {health} (precondition)"
+    )
     clone_summarizer = ScriptedSummarizer()
     clone_summarizer.hold()
     clone = await make_memory(cfg, key=key, summarizer=clone_summarizer)

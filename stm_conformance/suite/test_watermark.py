@@ -189,7 +189,10 @@ async def test_flush_waits_for_everything_pending_at_call_time(make_memory, scri
         await flushing
     view = await memory_view(memory)
     assert "pending_turns" not in view, f"pending after flush: {view}"
-    assert all(f"u{i}" in view["summary"] for i in range(4)), view
+    # The turns evicted while the held call ran must have survived its install (WM-003).
+    assert all(f"u{i}" in view["summary"] for i in range(4)), (
+        f"WM-003: turns evicted during a call are missing from the summary after flush: {view}"
+    )
 
 
 @req("WM-007")

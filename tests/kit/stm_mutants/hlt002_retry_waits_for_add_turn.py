@@ -17,9 +17,14 @@ from . import mutant_provider
 
 BREAKS = "HLT-002"
 COLLATERAL = {
-    "HLT-004": "the HLT-002 check is marked HLT-004 too; without retries a memory whose "
-    "calls keep failing never exhausts them and never becomes DEGRADED",
-    "HLT-008": "the HLT-008 check's flush() waits for a retry that is never scheduled",
+    "HLT-004": (
+        "retries that never run never run out: the memory stays in RETRY instead of "
+        "reaching DEGRADED"
+    ),
+    "SER-002": (
+        "the round-trip check flushes a memory stuck in RETRY through the provider "
+        "directly, so it waits until its deadline"
+    ),
 }
 
 

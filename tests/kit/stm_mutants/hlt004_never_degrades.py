@@ -14,7 +14,12 @@ from reference_impl.memory import DefaultShortTermMemory
 from . import mutant_provider
 
 BREAKS = "HLT-004"
-COLLATERAL: dict[str, str] = {}
+COLLATERAL = {
+    "SER-002": (
+        "the round-trip check flushes a memory that retries forever through the provider "
+        "directly, so it waits until its deadline"
+    ),
+}
 
 
 class NeverDegradedMemory(DefaultShortTermMemory):

@@ -15,7 +15,16 @@ from reference_impl.types import ConversationTurn
 from . import mutant_provider
 
 BREAKS = "WM-001"
-COLLATERAL: dict[str, str] = {}
+COLLATERAL = {
+    "HLT-002": (
+        "add_turn returns only once the worker has run its retries, so the RETRY state "
+        "the check waits for is over before it can look"
+    ),
+    "HLT-004": (
+        "likewise, add_turn waits out the failing calls, so the check never sees the "
+        "DEGRADED it prepares"
+    ),
+}
 
 
 class BlockingAddTurnMemory(DefaultShortTermMemory):
