@@ -17,10 +17,12 @@ import anyio
 import pytest
 
 from ._deadline import (
+    AWAITED_FOREVER,
     CLOSE_TIMEOUT_S,
     DEADLOCK_S,
     CheckTimeout,
     await_chain,
+    coroutine_stack,
     kit_probe,
     leftover_tasks,
     noting_callers,
@@ -136,8 +138,9 @@ class CheckedMemory:
                 done, _ = await asyncio.wait({task}, timeout=ADD_TURN_LIMIT_S - DEADLOCK_S)
                 blocked_on = None if done else self._blocked_on(task, waited=True)
             if blocked_on is not None:
+                stack = coroutine_stack(task)  # where it waits, before cancelling it
                 task.cancel()
-                raise AssertionError(blocked_on)
+                raise AssertionError(f"{blocked_on}\n{stack}")
         await task  # slow for another reason: the check's own limits apply
         await memory_view(self)  # the window and the budget hold after every turn
 
@@ -148,7 +151,7 @@ class CheckedMemory:
         stuck = kit_probe(await_chain(task))
         if stuck is not None:
             rule = "CB-004" if "callback" in stuck.why else "WM-001"
-            return f"{rule}: add_turn did not return: {stuck.why}"
+            return f"{rule}: add_turn did not return ({AWAITED_FOREVER}): {stuck.why}"
         if waited and self._stm_config.strategy == "rolling_summary":
             return (
                 f"WM-001: add_turn did not return within {ADD_TURN_LIMIT_S:g}s under "
