@@ -103,6 +103,21 @@ class Budget:
         tokens = self.meter.view_tokens(summary_json, _part(pending), _part(state.recent))
         return tokens <= self.limit
 
+    def refuse_summary(
+        self, state: MemoryState, batch: watermark.Batch, summary: str
+    ) -> str | None:
+        """Why installing ``summary`` would break the budget (BUD-007), or ``None``."""
+        if not self.summary_fits(summary):
+            return (
+                f"summary of {self.meter.text_size(summary)} tokens exceeds "
+                f"summary_max_tokens={self.config.budget.summary_max_tokens}"
+            )
+        if self.config.budget.overflow_policy == "error" and not self.fits_after_install(
+            state, batch, summary
+        ):
+            return "summary would take the memory over total_max_tokens"
+        return None
+
     # -- trimming --------------------------------------------------------------------
 
     def enforce(self, state: MemoryState) -> None:

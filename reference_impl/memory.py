@@ -33,7 +33,7 @@ from .types import (
     TrajectoryDigest,
 )
 
-__all__ = ["DefaultShortTermMemory"]
+__all__ = ["DefaultShortTermMemory", "call_summarizer"]
 
 logger = logging.getLogger("reference_impl.memory")
 
@@ -385,43 +385,43 @@ class DefaultShortTermMemory:
     async def _call(self, batch: watermark.Batch) -> tuple[str | None, str | None]:
         """Run one summarizer call; returns ``(summary, None)`` or ``(None, reason)``."""
         assert self._summarizer is not None
-        payload = {
-            "previous_summary": batch.previous_summary,
-            "turns": [json.loads(e.fragment) for e in batch.entries],
-        }
-        try:
-            async with asyncio.timeout(self._config.summarizer_timeout_s):
-                response = await self._summarizer(payload)
-            summary = response.get("summary") if isinstance(response, Mapping) else None
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise
-            return None, "summarizer raised CancelledError"
-        except TimeoutError:
-            return None, f"summarizer timed out after {self._config.summarizer_timeout_s}s"
-        except Exception as exc:
-            return None, f"summarizer raised {type(exc).__name__}: {exc}"
-        if not isinstance(response, Mapping):
-            return None, f"summarizer returned {type(response).__name__}, not a mapping"
-        if not isinstance(summary, str):
-            return None, "summarizer output has no string 'summary'"
-        return summary, None
+        return await call_summarizer(self._summarizer, batch, self._config.summarizer_timeout_s)
 
     def _reject_summary(
         self, state: MemoryState, batch: watermark.Batch, summary: str
     ) -> str | None:
-        """BUD-007: an oversize summary is a summarizer failure."""
-        if not self._budget.summary_fits(summary):
-            return (
-                f"summary of {self._budget.meter.text_size(summary)} tokens exceeds "
-                f"summary_max_tokens={self._config.budget.summary_max_tokens}"
-            )
-        if self._config.budget.overflow_policy == "error" and not self._budget.fits_after_install(
-            state, batch, summary
-        ):
-            return "summary would take the memory over total_max_tokens"
-        return None
+        """BUD-007: a summary over its budget is a summarizer failure."""
+        return self._budget.refuse_summary(state, batch, summary)
+
+
+async def call_summarizer(
+    summarizer: SummarizerFn, batch: watermark.Batch, timeout_s: float | None
+) -> tuple[str | None, str | None]:
+    """One summarizer call for ``batch``: ``(summary, None)``, or ``(None, reason)`` for any
+    failure (HLT-007): an exception, a timeout (WM-008), output without a string summary.
+    Cancellation of the calling task itself propagates."""
+    payload = {
+        "previous_summary": batch.previous_summary,
+        "turns": [json.loads(e.fragment) for e in batch.entries],
+    }
+    try:
+        async with asyncio.timeout(timeout_s):
+            response = await summarizer(payload)
+        summary = response.get("summary") if isinstance(response, Mapping) else None
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        return None, "summarizer raised CancelledError"
+    except TimeoutError:
+        return None, f"summarizer timed out after {timeout_s}s"
+    except Exception as exc:
+        return None, f"summarizer raised {type(exc).__name__}: {exc}"
+    if not isinstance(response, Mapping):
+        return None, f"summarizer returned {type(response).__name__}, not a mapping"
+    if not isinstance(summary, str):
+        return None, "summarizer output has no string 'summary'"
+    return summary, None
 
 
 def _log_crash(task: asyncio.Task[None]) -> None:

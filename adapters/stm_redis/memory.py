@@ -41,7 +41,7 @@ from reference_impl.budget import Budget
 from reference_impl.callbacks import CallbackQueue
 from reference_impl.entries import Entry, MemoryState
 from reference_impl.health import HealthMachine, Transition
-from reference_impl.memory import _check_turn
+from reference_impl.memory import _check_turn, call_summarizer
 
 from . import scripts
 from .errors import RedisContentionError, RedisMemoryError, RedisUnavailableError
@@ -960,43 +960,13 @@ class RedisShortTermMemory:
     async def _call(self, batch: watermark.Batch) -> tuple[str | None, str | None]:
         """Run one summarizer call; returns ``(summary, None)`` or ``(None, reason)``."""
         assert self._summarizer is not None
-        payload = {
-            "previous_summary": batch.previous_summary,
-            "turns": [json.loads(e.fragment) for e in batch.entries],
-        }
-        try:
-            async with asyncio.timeout(self._config.summarizer_timeout_s):
-                response = await self._summarizer(payload)
-            summary = response.get("summary") if isinstance(response, Mapping) else None
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise
-            return None, "summarizer raised CancelledError"
-        except TimeoutError:
-            return None, f"summarizer timed out after {self._config.summarizer_timeout_s}s"
-        except Exception as exc:
-            return None, f"summarizer raised {type(exc).__name__}: {exc}"
-        if not isinstance(response, Mapping):
-            return None, f"summarizer returned {type(response).__name__}, not a mapping"
-        if not isinstance(summary, str):
-            return None, "summarizer output has no string 'summary'"
-        return summary, None
+        return await call_summarizer(self._summarizer, batch, self._config.summarizer_timeout_s)
 
     def _reject_summary(
         self, state: MemoryState, batch: watermark.Batch, summary: str
     ) -> str | None:
-        """BUD-007: an oversize summary is a summarizer failure."""
-        if not self._budget.summary_fits(summary):
-            return (
-                f"summary of {self._budget.meter.text_size(summary)} tokens exceeds "
-                f"summary_max_tokens={self._config.budget.summary_max_tokens}"
-            )
-        if self._config.budget.overflow_policy == "error" and not self._budget.fits_after_install(
-            state, batch, summary
-        ):
-            return "summary would take the memory over total_max_tokens"
-        return None
+        """BUD-007: a summary over its budget is a summarizer failure."""
+        return self._budget.refuse_summary(state, batch, summary)
 
 
 def _begin(now: float) -> Callable[[MemoryState], tuple[None, str, Transition]]:

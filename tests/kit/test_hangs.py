@@ -13,59 +13,22 @@ the timeout, so each ``WALL_S`` is checked as promised to backend authors.
 from __future__ import annotations
 
 import importlib
-import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import pytest
+from kit_support import KIT_TESTS, run_suite
 
-KIT_TESTS = Path(__file__).resolve().parent
 if str(KIT_TESTS) not in sys.path:
     sys.path.insert(0, str(KIT_TESTS))
 
-from hangs import hang_modules  # noqa: E402
+from hangs import hang_modules
 
 
 def _hang(name: str) -> ModuleType:
     return importlib.import_module(f"hangs.{name}")
-
-
-def _run_suite(tmp_path: Path, backend: str, args: list[str]) -> tuple[dict[str, Any], str, float]:
-    """Run the whole suite in a subprocess: the report, the output and the wall time."""
-    report = tmp_path / "r.json"
-    ini = tmp_path / "pytest.ini"
-    ini.write_text("[pytest]\n", encoding="utf-8")
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "STM_BACKEND"
-    }
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(KIT_TESTS), env.get("PYTHONPATH")]))
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        f"--stm-backend={backend}",
-        f"--stm-report={report}",
-        "--stm-hypothesis-profile=ci",
-        "-c",
-        str(ini),
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        *args,
-    ]
-    started = time.monotonic()
-    done = subprocess.run(
-        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False
-    )
-    took = time.monotonic() - started
-    output = f"$ {' '.join(command)}\nexit {done.returncode}\n{done.stdout}\n{done.stderr}"
-    assert report.is_file(), f"the run wrote no report:\n{output[-6000:]}"
-    return json.loads(report.read_text(encoding="utf-8")), output, took
 
 
 def test_every_hanging_backend_is_well_formed() -> None:
@@ -87,7 +50,9 @@ def test_every_hanging_backend_is_well_formed() -> None:
 @pytest.mark.parametrize("name", hang_modules())
 def test_suite_ends_every_check_of_a_hanging_backend(name: str, tmp_path: Path) -> None:
     module = _hang(name)
-    report, output, took = _run_suite(tmp_path, f"hangs.{name}:provider", [])
+    started = time.monotonic()
+    report, output = run_suite(tmp_path, f"hangs.{name}:provider")
+    took = time.monotonic() - started
     tail = output[-3000:]
     assert report["backend"]["name"] == module.provider.name
     assert took <= module.WALL_S, f"the run took {took:.0f}s > {module.WALL_S}s\n{tail}"
