@@ -33,7 +33,7 @@ from .types import (
     TrajectoryDigest,
 )
 
-__all__ = ["DefaultShortTermMemory", "call_summarizer"]
+__all__ = ["DefaultShortTermMemory", "call_summarizer", "saved_for"]
 
 logger = logging.getLogger("reference_impl.memory")
 
@@ -281,11 +281,7 @@ class DefaultShortTermMemory:
         if not hasattr(store, "load_memory_state"):
             return
         data = await store.load_memory_state(key)
-        if data is None:
-            return
-        stored_key = data.get("storage_key") if isinstance(data, Mapping) else None
-        if stored_key is not None and stored_key != key:
-            logger.warning("refusing to hydrate %r with state saved for %r", key, stored_key)
+        if not saved_for(data, key):
             return
         try:
             self.from_dict(data)
@@ -422,6 +418,18 @@ async def call_summarizer(
     if not isinstance(summary, str):
         return None, "summarizer output has no string 'summary'"
     return summary, None
+
+
+def saved_for(data: Any, key: str) -> bool:
+    """Whether a loaded record may be hydrated under ``key``: present, and not saved under
+    another storage key (KEY-007; a refusal is logged, never raised)."""
+    if data is None:
+        return False
+    stored_key = data.get("storage_key") if isinstance(data, Mapping) else None
+    if stored_key is not None and stored_key != key:
+        logger.warning("refusing to hydrate %r with state saved for %r", key, stored_key)
+        return False
+    return True
 
 
 def _log_crash(task: asyncio.Task[None]) -> None:

@@ -41,7 +41,7 @@ from reference_impl.budget import Budget
 from reference_impl.callbacks import CallbackQueue
 from reference_impl.entries import Entry, MemoryState
 from reference_impl.health import HealthMachine, Transition
-from reference_impl.memory import _check_turn, call_summarizer
+from reference_impl.memory import _check_turn, call_summarizer, saved_for
 
 from . import scripts
 from .errors import RedisContentionError, RedisMemoryError, RedisUnavailableError
@@ -403,11 +403,7 @@ class RedisShortTermMemory:
         if not hasattr(store, "load_memory_state"):
             return
         data = await store.load_memory_state(key)
-        if data is None:
-            return
-        stored_key = data.get("storage_key") if isinstance(data, Mapping) else None
-        if stored_key is not None and stored_key != key:
-            logger.warning("refusing to hydrate %r with state saved for %r", key, stored_key)
+        if not saved_for(data, key):
             return
         try:
             self._replace(data, stored=True)
