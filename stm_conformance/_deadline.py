@@ -20,8 +20,9 @@ loop* and the stack at the moment the block was detected.
 The interrupt is a signal (``SIGUSR2``) whose handler the kit installs once, in the main
 thread; it raises only when an interrupt is pending and otherwise passes the signal on to
 the handler it replaced. A block inside a hypothesis run of the check itself (kit code)
-waits for the guard's deadline, and a watchdog that was not scheduled for a while (a
-starved process) starts its measurement again.
+waits for the guard's deadline (its time does not count towards a block after it), and
+a watchdog that was not scheduled for a while (a starved process) starts its measurement
+again.
 
 A guard also decides early that an operation can never finish, instead of waiting for the
 whole time limit: when the operation, or a task it awaits, was cancelled and still runs
@@ -661,14 +662,18 @@ class _Watchdog:
             with contextlib.suppress(RuntimeError):  # the loop is closed
                 watch.loop.call_soon_threadsafe(watch.pong, watch.sent)
             return
+        if watch.blocked is None and now - watch.sent_at >= _POLL_S:
+            frame = sys._current_frames().get(watch.thread_id)
+            if _runs_hypothesis(frame) and (watch.deadline is None or now < watch.deadline):
+                # The check runs a synchronous hypothesis test in the loop: kit code that
+                # may take long; only the guard's deadline stops it, and the time it
+                # takes does not count towards a block of the code that runs after it.
+                watch.sent_at = now
+                return
         if now - watch.sent_at < watch.block_s:
             return
         if watch.blocked is None:
             frame = sys._current_frames().get(watch.thread_id)
-            if _runs_hypothesis(frame) and (watch.deadline is None or now < watch.deadline):
-                # The check runs a synchronous hypothesis test in the loop: kit code
-                # that may take long; only the guard's deadline stops it.
-                return
             watch.blocked = _blocked_stack(frame)
             watch.blocked_for = now - watch.sent_at
             if watch.on_blocked is not None:

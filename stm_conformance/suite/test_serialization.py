@@ -7,6 +7,7 @@ from importlib import resources
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -157,6 +158,7 @@ async def test_malformed_input_raises_value_error_and_changes_nothing(
     # Fields a half-load could apply before failing on another field.
     numbers = [k for k, v in valid.items() if isinstance(v, int) and not isinstance(v, bool)]
     for field in numbers:
+        await anyio.lowlevel.checkpoint()  # let the loop answer the watchdog
         for other in sorted(set(valid) - {field}):
             try:
                 memory.from_dict({**valid, field: valid[field] + 1, other: object()})

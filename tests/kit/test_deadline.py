@@ -157,6 +157,37 @@ def test_a_hypothesis_run_of_the_check_itself_may_keep_the_loop() -> None:
     assert time.monotonic() - started > _deadline.BLOCK_THRESHOLD_S
 
 
+def test_time_in_hypothesis_does_not_count_towards_a_later_block() -> None:
+    # A hypothesis run just under the threshold, then synchronous kit code just under it:
+    # together over the threshold, but the loop was never blocked by anything but kit code.
+    @settings(max_examples=4, deadline=None, database=None)
+    @given(st.integers())
+    def slow(n: int) -> None:
+        time.sleep(0.06)
+
+    async def hypothesis_then_sync() -> str:
+        slow()
+        time.sleep(0.2)  # noqa: ASYNC251 - synchronous work after the run
+        return "done"
+
+    assert asyncio.run(run_guarded(hypothesis_then_sync(), seconds=10, what="op")) == "done"
+
+
+def test_a_block_after_a_hypothesis_run_is_still_found() -> None:
+    @settings(max_examples=2, deadline=None, database=None)
+    @given(st.integers())
+    def quick(n: int) -> None:
+        pass
+
+    async def hypothesis_then_spin() -> None:
+        quick()
+        await _spin()
+
+    message, took = _guarded(hypothesis_then_spin(), seconds=30)
+    assert BLOCKED in message and "in _spin" in message
+    assert took < 3
+
+
 def test_a_loop_off_the_main_thread_is_interrupted_too() -> None:
     outcome: dict[str, Any] = {}
 
