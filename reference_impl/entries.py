@@ -14,7 +14,7 @@ from .health import HealthMachine
 from .tokens import canonical_json, json_string
 from .types import ConversationTurn, MemoryKey
 
-__all__ = ["Entry", "MemoryState", "render_turn"]
+__all__ = ["Entry", "MemoryState", "render_turn", "render_view"]
 
 
 def render_turn(turn: ConversationTurn, *, include_digest: bool) -> dict[str, Any]:
@@ -101,3 +101,66 @@ class MemoryState:
     @property
     def visible_pending(self) -> list[Entry]:
         return self.pending[self.visible_from :]
+
+    def copy(self) -> MemoryState:
+        """A copy that can change without changing this state.
+
+        Entries are shared: nothing changes an entry once it is made.
+        """
+        health = self.health
+        return MemoryState(
+            health=HealthMachine(
+                health.retry_attempts,
+                health.backoff_base_s,
+                health.degraded_interval_s,
+                health.state,
+                health.failures,
+                health.not_before,
+            ),
+            key=self.key,
+            summary=self.summary,
+            summary_json=self.summary_json,
+            recent=deque(self.recent),
+            recent_chars=self.recent_chars,
+            pending=list(self.pending),
+            visible_from=self.visible_from,
+            visible_chars=self.visible_chars,
+            backlog=deque(self.backlog),
+            next_seq=self.next_seq,
+            summarized_through=self.summarized_through,
+            dropped_turns=self.dropped_turns,
+            revision=self.revision,
+            stored=self.stored,
+        )
+
+
+def _fresh(rendered: dict[str, Any]) -> dict[str, Any]:
+    """A new copy of a rendered turn: callers may mutate the views they get.
+
+    Built field by field from the known shape of :func:`render_turn`, which costs a
+    fraction of parsing the cached fragment again.
+    """
+    fresh = {"user": rendered["user"], "assistant": rendered["assistant"]}
+    digest = rendered.get("trajectory_digest")
+    if digest is not None:
+        fresh["trajectory_digest"] = {
+            "tools_invoked": list(digest["tools_invoked"]),
+            "observations_summary": digest["observations_summary"],
+            "reasoning_summary": digest["reasoning_summary"],
+            "artifacts_refs": list(digest["artifacts_refs"]),
+        }
+    return fresh
+
+
+def render_view(strategy: str, state: MemoryState) -> dict[str, Any]:
+    """The patch ``get_llm_context`` returns for ``state`` (section 0 of the spec)."""
+    if strategy == "none":
+        return {}
+    view: dict[str, Any] = {"recent_turns": [_fresh(e.rendered) for e in state.recent]}
+    if strategy == "rolling_summary" and not state.health.degraded:
+        visible = state.visible_pending
+        if visible:
+            view["pending_turns"] = [_fresh(e.rendered) for e in visible]
+        if state.summary:
+            view["summary"] = state.summary
+    return {"conversation_memory": view}

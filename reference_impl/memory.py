@@ -22,7 +22,7 @@ from typing import Any
 from . import schema, watermark
 from .budget import Budget
 from .callbacks import CallbackQueue
-from .entries import Entry, MemoryState
+from .entries import Entry, MemoryState, render_view
 from .health import HealthMachine, Transition
 from .types import (
     ConversationTurn,
@@ -303,18 +303,7 @@ class DefaultShortTermMemory:
     # -- internals -----------------------------------------------------------------------
 
     def _view(self) -> dict[str, Any]:
-        if self._config.strategy == "none":
-            return {}
-        state = self._state
-        # Fresh objects from the cached fragments: callers may mutate what they get.
-        view: dict[str, Any] = {"recent_turns": [json.loads(e.fragment) for e in state.recent]}
-        if self._config.strategy == "rolling_summary" and not state.health.degraded:
-            visible = state.visible_pending
-            if visible:
-                view["pending_turns"] = [json.loads(e.fragment) for e in visible]
-            if state.summary:
-                view["summary"] = state.summary
-        return {"conversation_memory": view}
+        return render_view(self._config.strategy, self._state)
 
     def _notify(self) -> None:
         self._changed.set()

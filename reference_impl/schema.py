@@ -7,7 +7,8 @@ swaps it in only on success, so a malformed input never half-loads (SER-003).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
@@ -24,7 +25,15 @@ from .types import (
     TrajectoryDigest,
 )
 
-__all__ = ["STATE_VERSION", "KeyMismatchError", "MemoryStateV2", "dump", "load"]
+__all__ = [
+    "STATE_VERSION",
+    "KeyMismatchError",
+    "MemoryStateV2",
+    "dump",
+    "dump_json",
+    "load",
+    "turn_json",
+]
 
 STATE_VERSION = 2
 SPEC_VERSION = "1.1.0"
@@ -192,6 +201,42 @@ def config_snapshot(config: ShortTermMemoryConfig) -> dict[str, Any]:
 
 
 def dump(state: MemoryState, config: ShortTermMemoryConfig) -> dict[str, Any]:
+    """The versioned, JSON-serialisable form of ``state`` (``to_dict``)."""
+    data = _dump_head(state, config)
+    for name, entries in _turn_lists(state):
+        data[name] = [_dump_turn(e) for e in entries]
+    return data
+
+
+def dump_json(
+    state: MemoryState,
+    config: ShortTermMemoryConfig,
+    text_of: Callable[[Entry], str] | None = None,
+) -> str:
+    """``dump(state, config)`` as compact JSON text (non-ASCII kept).
+
+    ``text_of`` gives the text of one turn (default :func:`turn_json`): a caller that
+    writes the state often passes a cache, since turns do not change once added.
+    """
+    text = text_of or turn_json
+    head = json.dumps(_dump_head(state, config), ensure_ascii=False, separators=(",", ":"))
+    lists = ",".join(
+        f'"{name}":[{",".join(map(text, entries))}]' for name, entries in _turn_lists(state)
+    )
+    return f"{head[:-1]},{lists}}}"
+
+
+def turn_json(entry: Entry) -> str:
+    """The compact JSON text of one stored turn, as :func:`dump_json` writes it."""
+    return json.dumps(_dump_turn(entry), ensure_ascii=False, separators=(",", ":"))
+
+
+def _turn_lists(state: MemoryState) -> tuple[tuple[str, Iterable[Entry]], ...]:
+    return (("turns", state.recent), ("pending", state.pending), ("backlog", state.backlog))
+
+
+def _dump_head(state: MemoryState, config: ShortTermMemoryConfig) -> dict[str, Any]:
+    """Every field of :func:`dump` but the lists of turns."""
     return {
         "version": STATE_VERSION,
         "spec_version": SPEC_VERSION,
@@ -203,9 +248,6 @@ def dump(state: MemoryState, config: ShortTermMemoryConfig) -> dict[str, Any]:
         "summary": state.summary,
         "summarized_through": state.summarized_through,
         "next_seq": state.next_seq,
-        "turns": [_dump_turn(e) for e in state.recent],
-        "pending": [_dump_turn(e) for e in state.pending],
-        "backlog": [_dump_turn(e) for e in state.backlog],
         "dropped_turns": state.dropped_turns,
         "revision": state.revision,
         "config_snapshot": config_snapshot(config),

@@ -39,7 +39,7 @@ from reference_impl import (
 )
 from reference_impl.budget import Budget
 from reference_impl.callbacks import CallbackQueue
-from reference_impl.entries import Entry, MemoryState
+from reference_impl.entries import Entry, MemoryState, render_view
 from reference_impl.health import HealthMachine, Transition
 from reference_impl.memory import _check_turn, call_summarizer, saved_for
 
@@ -77,24 +77,17 @@ class _Snapshot:
     state: MemoryState
 
 
+def _fields(reply: Any) -> Any:
+    """A reply as a list of fields: one string of space-separated fields, or an array."""
+    if isinstance(reply, bytes | str):
+        return _text(reply).split(" ")
+    return reply
+
+
 def _text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8")
     return str(value)
-
-
-def _view(config: ShortTermMemoryConfig, state: MemoryState) -> dict[str, Any]:
-    """The view of a state, exactly as the reference renders it (section 0 of the spec)."""
-    if config.strategy == "none":
-        return {}
-    view: dict[str, Any] = {"recent_turns": [json.loads(e.fragment) for e in state.recent]}
-    if config.strategy == "rolling_summary" and not state.health.degraded:
-        visible = state.visible_pending
-        if visible:
-            view["pending_turns"] = [json.loads(e.fragment) for e in visible]
-        if state.summary:
-            view["summary"] = state.summary
-    return {"conversation_memory": view}
 
 
 class RedisShortTermMemory:
@@ -178,6 +171,8 @@ class RedisShortTermMemory:
             None if sync_client is None else sync_client.register_script(scripts.COMMIT)
         )
         self._snap: _Snapshot | None = None
+        #: The JSON text of each stored turn, by ``id(entry)`` (see :meth:`_turn_text`).
+        self._turn_texts: dict[int, tuple[Entry, str]] = {}
         #: A summarizer outcome being written: the synchronous accessors show it applied to
         #: the newest state meanwhile (cached per revision), as the reference shows an
         #: installed summary at once. Never the base of a write.
@@ -268,7 +263,7 @@ class RedisShortTermMemory:
         if self._config.strategy == "none":
             return {}
         await self._refresh()
-        return _view(self._config, self._state())
+        return render_view(self._config.strategy, self._state())
 
     def estimate_tokens(self) -> int:
         """``estimator(canonical_json(view))`` of the state last read or written (BUD-008)."""
@@ -441,7 +436,7 @@ class RedisShortTermMemory:
         shown = self._shown
         if shown is None or shown[0] != snap.rev or shown[1] != len(outcomes):
             try:
-                state = self._decode(snap.doc)
+                state = snap.state.copy()
                 for outcome in outcomes:
                     outcome(state)
             except (_Stale, RedisMemoryError):
@@ -450,12 +445,23 @@ class RedisShortTermMemory:
         return shown[2]
 
     def _encode(self, state: MemoryState) -> str:
-        envelope = {
-            "state": schema.dump(state, self._config),
-            "stored": state.stored,
-            "not_before": state.health.not_before,
-        }
-        return json.dumps(envelope, ensure_ascii=False, separators=(",", ":"))
+        body = schema.dump_json(state, self._config, self._turn_text)
+        stored = "true" if state.stored else "false"
+        not_before = json.dumps(state.health.not_before)
+        texts = self._turn_texts
+        if len(texts) > 2 * (len(state.recent) + len(state.pending) + len(state.backlog)) + 64:
+            live = {id(e) for part in (state.recent, state.pending, state.backlog) for e in part}
+            self._turn_texts = {k: v for k, v in texts.items() if k in live}
+        return f'{{"stored":{stored},"not_before":{not_before},"state":{body}}}'
+
+    def _turn_text(self, entry: Entry) -> str:
+        """The JSON text of a stored turn, made once per entry (entries never change)."""
+        hit = self._turn_texts.get(id(entry))
+        if hit is not None and hit[0] is entry:
+            return hit[1]
+        text = schema.turn_json(entry)
+        self._turn_texts[id(entry)] = (entry, text)
+        return text
 
     def _decode(self, doc: str) -> MemoryState:
         if not doc:
@@ -491,7 +497,14 @@ class RedisShortTermMemory:
         if current is None or int(snap.rev) >= int(current.rev):
             self._snap = snap
 
-    async def _script(self, script: Any, args: list[Any], *, turn_id: str | None = None) -> Any:
+    async def _script(
+        self,
+        script: Any,
+        args: list[Any],
+        *,
+        turn_id: str | None = None,
+        keys: list[str] | None = None,
+    ) -> Any:
         """Run one script (EVALSHA, reloaded after ``SCRIPT FLUSH``) and map errors.
 
         A lost reply leaves a write's outcome unknown (``recorded=None``); a refused script
@@ -499,7 +512,8 @@ class RedisShortTermMemory:
         """
         self.round_trips += 1
         try:
-            return await script(keys=self._keys.all(), args=args, client=self._client)
+            keys = self._keys.all() if keys is None else keys
+            return await script(keys=keys, args=args, client=self._client)
         except _UNAVAILABLE as exc:
             raise RedisUnavailableError(
                 f"Redis unavailable: {type(exc).__name__}: {exc}",
@@ -519,7 +533,8 @@ class RedisShortTermMemory:
         await self._apply_replace()
         while True:
             known = self._snap.rev if self._snap is not None else "-1"
-            reply = await self._script(self._read, [known])
+            # READ only touches the state hash; one key is one argument less to send.
+            reply = _fields(await self._script(self._read, [known], keys=[self._keys.state]))
             if _text(reply[0]) != "same":
                 self._adopt(self._snapshot(reply))
             if self._snap is not None:
@@ -578,23 +593,18 @@ class RedisShortTermMemory:
         for attempt in range(self._max_attempts):
             if epoch is not None and snap.epoch != epoch:
                 return "stale", None, None
-            state = self._decode(snap.doc)
+            state = snap.state.copy()  # ``apply`` may raise: the snapshot stays as it was
             result = apply(state)
             doc = self._encode(state)
-            args = [
-                snap.rev,
+            args = self._commit_args(
                 doc,
-                repr(state.health.not_before),
-                self._ttl_ms,
-                turn_id or "",
-                str(state.next_seq - 1),
-                "" if fence is None else str(fence),
-                "",
-                self._ids_kept,
-                self._owner if lease_if is not None and lease_if(state) else "",
-                self._lease_ms,
-            ]
-            reply = await self._script(self._commit_script, args, turn_id=turn_id)
+                state,
+                expected=snap.rev,
+                turn_id=turn_id,
+                fence=fence,
+                lease=lease_if is not None and lease_if(state),
+            )
+            reply = _fields(await self._script(self._commit_script, args, turn_id=turn_id))
             status = _text(reply[0])
             if status == "ok":
                 if optimistic and apply in self._outcomes:
@@ -672,22 +682,35 @@ class RedisShortTermMemory:
 
     def _replace_args(self, doc: str, state: MemoryState) -> list[str]:
         """COMMIT arguments writing ``doc`` unconditionally as a new epoch."""
-        lease = self._owner if self._wants_lease(state) else ""
-        return [
-            "*",
-            doc,
+        return self._commit_args(doc, state, bump=True, lease=self._wants_lease(state))
+
+    def _commit_args(
+        self,
+        doc: str,
+        state: MemoryState,
+        *,
+        expected: str = "*",
+        turn_id: str | None = None,
+        fence: int | None = None,
+        bump: bool = False,
+        lease: bool = False,
+    ) -> list[str]:
+        """The arguments of :data:`scripts.COMMIT` writing ``doc`` (the state ``state``)."""
+        params = (
+            expected,
             repr(state.health.not_before),
             self._ttl_ms,
-            "",
-            "0",
-            "",
-            "bump",
+            str(state.next_seq - 1),
+            "-" if fence is None else str(fence),
+            "bump" if bump else "-",
             self._ids_kept,
-            lease,
+            self._owner if lease else "-",
             self._lease_ms,
-        ]
+        )
+        return [doc, turn_id or "", " ".join(params)]
 
     def _replaced(self, reply: Any, doc: str, state: MemoryState) -> _Snapshot:
+        reply = _fields(reply)
         written = _Snapshot(
             rev=_text(reply[1]),
             fence=int(_text(reply[2])),

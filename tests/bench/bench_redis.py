@@ -10,6 +10,9 @@ Starts a ``redis-server`` of its own on a free loopback port (``--url`` uses ano
   ``get_llm_context`` for ``--seconds``; the baseline does one ``EVALSHA`` of a trivial
   script (for ``add_turn``) and one ``GET`` (for ``get_llm_context``) per operation on the
   same connection pool. The ratio is backend ops/s over baseline ops/s.
+* Side by side, when ``openai-agents`` is installed: its ``RedisSession`` on the same pool
+  storing the same turns (``add_items`` of a user and an assistant item) and reading the
+  last five of them (``get_items(limit=10)``).
 
 Usage::
 
@@ -144,6 +147,37 @@ async def throughput(client: Redis, sessions: int, seconds: float) -> tuple[floa
     return ours, raw
 
 
+async def agents_throughput(client: Redis, sessions: int, seconds: float) -> float | None:
+    """The OpenAI Agents SDK's ``RedisSession`` storing the same turns (a user and an
+    assistant item per turn) and reading the last 5 turns (10 items), as the backend's
+    ``full_zone_turns=5`` view does. ``None`` when ``openai-agents`` is not installed."""
+    try:
+        from agents.extensions.memory.redis_session import RedisSession
+    except ImportError:
+        return None
+    prefix = f"bench-agents-{uuid.uuid4().hex[:6]}"
+    stores = [
+        RedisSession(f"s{n}", redis_client=client, key_prefix=prefix) for n in range(sessions)
+    ]
+
+    def agents_op(session: Any) -> Any:
+        async def op(i: int) -> None:
+            if i % 2:
+                await session.get_items(limit=10)
+            else:
+                t = turn(i)
+                await session.add_items(
+                    [
+                        {"role": "user", "content": t.user_message},
+                        {"role": "assistant", "content": t.assistant_response},
+                    ]
+                )
+
+        return op
+
+    return await run_for(seconds, [agents_op(s) for s in stores]) / seconds
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=3.0)
@@ -156,10 +190,19 @@ async def main() -> None:
     try:
         await round_trips(client)
         print(f"\nthroughput, ops/s ({args.seconds:g} s each; ops alternate add_turn and read)")
-        print(f"  {'sessions':>8} {'backend':>9} {'raw redis-py':>13} {'ratio':>6}")
+        print(
+            f"  {'sessions':>8} {'backend':>9} {'raw redis-py':>13} {'ratio':>6}"
+            f" {'RedisSession':>13} {'backend/it':>11}"
+        )
         for sessions in (int(s) for s in args.sessions.split(",")):
             ours, raw = await throughput(client, sessions, args.seconds)
-            print(f"  {sessions:>8} {ours:>9.0f} {raw:>13.0f} {ours / raw:>6.0%}")
+            agents = await agents_throughput(client, sessions, args.seconds)
+            versus = (
+                f" {'(not installed)':>13}"
+                if agents is None
+                else f" {agents:>13.0f} {ours / agents:>10.1f}x"
+            )
+            print(f"  {sessions:>8} {ours:>9.0f} {raw:>13.0f} {ours / raw:>6.0%}{versus}")
     finally:
         await client.aclose()
         if server is not None:
