@@ -26,6 +26,7 @@ from .plugin import SUITE_DIR, apply_ini_options, suite_selected
 from .provider import Provider, ProviderError, load_provider
 from .report import (
     PROP_BLAMED,
+    LevelResult,
     Results,
     RunInfo,
     blame_exception,
@@ -149,6 +150,8 @@ class SessionPlugin:
             seed=self.seed,
         )
         self.complete = True
+        #: ``--stm-require-level``, as the run reached it or not (set at the end).
+        self.required: LevelResult | None = None
         #: A configuration error found on a pytest-xdist worker, reported at the end.
         self.usage_error: str | None = None
 
@@ -371,6 +374,9 @@ class SessionPlugin:
         if self.usage_error is not None:
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
         self.complete = _is_complete(session, exitstatus)
+        self.required = self._required_level()
+        if self.required is not None and not self.required.reached and exitstatus == 0:
+            session.exitstatus = exitstatus = pytest.ExitCode.TESTS_FAILED
         path = self.config.getoption("stm_report", None)
         if path:
             document = self.results.as_json(
@@ -394,6 +400,23 @@ class SessionPlugin:
         path = self.config.getoption("stm_report", None)
         if path:
             terminalreporter.write_line(f"report written to {path}")
+        required = self.required
+        if required is not None:
+            if required.reached:
+                terminalreporter.write_line(f"required level {required.name} reached", green=True)
+            else:
+                terminalreporter.write_line(
+                    f"FAILED: required level {required.name} not reached: {required.reason}",
+                    red=True,
+                )
+
+    def _required_level(self) -> LevelResult | None:
+        """The level ``--stm-require-level`` names, as this run reached it or not."""
+        name = self.config.getoption("stm_require_level", None)
+        if not name:
+            return None
+        levels = self.results.levels(complete=self.complete, declared=self.run.declared)
+        return next(level for level in levels if level.name == name)
 
 
 def _guarded(test: Callable[..., Any], seconds: float | None) -> Callable[..., Any]:

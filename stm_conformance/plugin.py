@@ -95,6 +95,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"fail a check that runs longer (0: no limit; default {DEFAULT_TIMEOUT:g}; "
         "also ini stm_timeout)",
     )
+    group.addoption(
+        "--stm-require-level",
+        dest="stm_require_level",
+        metavar="LEVEL",
+        help="fail the run (exit status 1) unless the backend reaches LEVEL: Core, Summary, "
+        "Durable or Distributed (also ini stm_require_level)",
+    )
     parser.addini(
         "stm_backend",
         help="conformance backend, below --stm-backend and $STM_BACKEND; only chooses it "
@@ -106,6 +113,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(
         "stm_xfail",
         help="expected-failures TOML file, relative to the rootdir (below --stm-xfail)",
+    )
+    parser.addini(
+        "stm_require_level",
+        help="level the backend must reach, else the run fails (below --stm-require-level)",
     )
     parser.addini(
         "stm_timeout",
@@ -184,7 +195,8 @@ def _find_in_suite(args: Iterable[str], here: Path) -> list[str]:
 
 
 def apply_ini_options(config: pytest.Config) -> None:
-    """Fill ``--stm-report``, ``--stm-xfail`` and ``--stm-timeout`` from the ini file.
+    """Fill ``--stm-report``, ``--stm-xfail``, ``--stm-require-level`` and ``--stm-timeout``
+    from the ini file.
 
     The command line wins; paths in the ini file are relative to the rootdir.
     """
@@ -192,6 +204,17 @@ def apply_ini_options(config: pytest.Config) -> None:
         value = _ini(config, name)
         if value and not getattr(config.option, name, None):
             setattr(config.option, name, str(config.rootpath / value))
+    from .capabilities import LEVELS  # not at import: an inert plugin imports nothing
+
+    level = getattr(config.option, "stm_require_level", None)
+    source = "--stm-require-level"
+    if not level:
+        level, source = _ini(config, "stm_require_level") or None, "ini option stm_require_level"
+    if level is not None and level not in LEVELS:
+        raise pytest.UsageError(
+            f"stm_conformance: {source}: {level!r} is not a level (one of {', '.join(LEVELS)})"
+        )
+    config.option.stm_require_level = level
     if getattr(config.option, "stm_timeout", None) is None:
         value = _ini(config, "stm_timeout")
         timeout = DEFAULT_TIMEOUT
