@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import anyio
 import pytest
+from _pytest.outcomes import OutcomeException
 
 from ._deadline import (
     AWAITED_FOREVER,
@@ -41,6 +42,7 @@ __all__ = [
     "FLUSH_LIMIT_S",
     "CLOSE_TIMEOUT_S",
     "CheckedMemory",
+    "PreconditionError",
     "MakeMemory",
     "anyio_backend",
     "fresh_key",
@@ -100,6 +102,18 @@ ADD_TURN_LIMIT_S = 1.0
 FLUSH_LIMIT_S = 4.0
 
 
+class PreconditionError(OutcomeException):
+    """A precondition of another requirement broke (the message opens with its ID).
+
+    A pytest outcome, not an ``AssertionError`` (nor ``pytest.fail``'s ``Failed``): it ends
+    the check at once. Hypothesis would otherwise shrink on it, and every example it tries
+    would wait out the limit again.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, pytrace=True)
+
+
 class CheckedMemory:
     """A backend's memory as ``make_memory`` hands it to checks: every attribute is the
     backend's own, but two calls carry the preconditions of other requirements, so a check
@@ -140,7 +154,7 @@ class CheckedMemory:
             if blocked_on is not None:
                 stack = coroutine_stack(task)  # where it waits, before cancelling it
                 task.cancel()
-                raise AssertionError(f"{blocked_on}\n{stack}")
+                raise PreconditionError(f"{blocked_on}\n{stack}")
         await task  # slow for another reason: the check's own limits apply
         await memory_view(self)  # the window and the budget hold after every turn
 
@@ -181,7 +195,7 @@ class CheckedMemory:
             if task.done() or summarizer is None or summarizer.waiting:
                 continue  # a held or unknown summarizer: the check's own limits apply
             task.cancel()
-            raise AssertionError(self._stuck_flush(summarizer, len(summarizer.calls) > calls))
+            raise PreconditionError(self._stuck_flush(summarizer, len(summarizer.calls) > calls))
         task.result()
         if not before or str(self._stm_memory.health.value) in ("degraded", "recovering"):
             return

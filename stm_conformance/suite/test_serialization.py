@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stm_conformance import ScriptedSummarizer
+from stm_conformance._deadline import noting_callers
 from stm_conformance.checks import config, memory_view, turn
 from stm_conformance.contract import (
     MemoryBudget,
@@ -20,6 +21,7 @@ from stm_conformance.contract import (
     ShortTermMemoryConfig,
     default_token_estimator,
 )
+from stm_conformance.fixtures import CheckedMemory
 
 req = pytest.mark.stm_requirement
 cap = pytest.mark.stm_capability
@@ -89,8 +91,14 @@ async def test_round_trip_is_observably_identical(
     )
     key = MemoryKey("t", "u", "round-trip")
     source_summarizer, clone_summarizer = ScriptedSummarizer(max_chars=150), ScriptedSummarizer()
-    source = await stm_provider.create(cfg, key, source_summarizer)
-    clone = await stm_provider.create(cfg, key, clone_summarizer)
+    # Made here, not by make_memory (one per example), but checked the same way: a flush
+    # stuck on a retry that never comes is blamed on HLT-002 within seconds.
+    made = [
+        await stm_provider.create(cfg, key, noting_callers(s))
+        for s in (source_summarizer, clone_summarizer)
+    ]
+    source = CheckedMemory(made[0], cfg, source_summarizer)
+    clone = CheckedMemory(made[1], cfg, clone_summarizer)
     try:
         await _drive(source, source_summarizer, ops)
         source_summarizer.hold()
@@ -102,7 +110,7 @@ async def test_round_trip_is_observably_identical(
     finally:
         source_summarizer.release()
         clone_summarizer.release()
-        for memory in (source, clone):
+        for memory in made:
             await stm_provider.dispose(memory)
 
 

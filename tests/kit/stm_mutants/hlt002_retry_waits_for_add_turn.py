@@ -21,10 +21,6 @@ COLLATERAL = {
         "retries that never run never run out: the memory stays in RETRY instead of "
         "reaching DEGRADED"
     ),
-    "SER-002": (
-        "the round-trip check flushes a memory stuck in RETRY through the provider "
-        "directly, so it waits until its deadline"
-    ),
 }
 
 
