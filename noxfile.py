@@ -1,6 +1,12 @@
-"""Development tasks: ``nox -s tests lint typecheck``, ``nox -s conformance``, ``nox -s bench``."""
+"""Development tasks: ``nox -s tests lint typecheck``, ``nox -s conformance``, ``nox -s bench``,
+``nox -s matrix``."""
 
 from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import nox
 
@@ -15,6 +21,12 @@ TYPED = [
     "adapters/stm_penguiflow",
     "adapters/stm_redis",
 ]
+
+
+def _scratch() -> str:
+    """An empty directory outside the project, where the suite runs as a backend author
+    runs it: no ini file of this project's above it (``session.create_tmp()`` has one)."""
+    return tempfile.mkdtemp(prefix="stm-conformance-")
 
 
 @nox.session(python=PYTHON)
@@ -32,8 +44,7 @@ def tests(session: nox.Session) -> None:
 def conformance(session: nox.Session) -> None:
     """The conformance suite against the reference backend, from an empty directory."""
     session.install(".")
-    tmp = session.create_tmp()
-    session.chdir(tmp)
+    session.chdir(_scratch())
     session.run(
         "pytest", "--stm-backend=reference", "--stm-report=stm-report.json", *session.posargs
     )
@@ -44,8 +55,7 @@ def conformance_redis(session: nox.Session) -> None:
     """The conformance suite against the Redis backend: in-process fakeredis, then a real
     ``redis-server`` (``$STM_REDIS_URL``, else one the run starts on a free port)."""
     session.install(".[fakeredis]")
-    tmp = session.create_tmp()
-    session.chdir(tmp)
+    session.chdir(_scratch())
     for backend in ("fakeredis", "redis"):
         session.run(
             "pytest",
@@ -53,6 +63,62 @@ def conformance_redis(session: nox.Session) -> None:
             f"--stm-report=stm-report-{backend}.json",
             *session.posargs,
         )
+
+
+@nox.session(python=PYTHON)
+def conformance_penguiflow(session: nox.Session) -> None:
+    """The suite against PenguiFlow's own memory, with its expected-failures file: green
+    and strict (a listed check that passes fails the run)."""
+    session.install(".[penguiflow]", "pytest-xdist")
+    xfail = Path("adapters/stm_penguiflow/xfail.toml").resolve()
+    session.chdir(_scratch())
+    session.run(
+        "pytest",
+        "--stm-backend=penguiflow",
+        f"--stm-xfail={xfail}",
+        "--stm-report=stm-report-penguiflow.json",
+        "-n",
+        "2",
+        *session.posargs,
+    )
+
+
+#: The backends of the conformance matrix, in its column order.
+MATRIX_BACKENDS = ("reference", "penguiflow", "fakeredis", "redis")
+
+
+@nox.session(python=PYTHON)
+def matrix(session: nox.Session) -> None:
+    """Run the suite against every bundled backend and regenerate the conformance matrix.
+
+    The JSON reports go to ``docs/matrix/``; the tables of ``docs/conformance-matrix.md``
+    and the README's levels are rendered from them (``tests/kit/test_matrix.py`` checks
+    that the committed files match the committed reports). Needs ``redis-server``.
+    """
+    if shutil.which("redis-server") is None and not os.environ.get("STM_REDIS_URL"):
+        session.error("the redis backend needs redis-server on PATH (or $STM_REDIS_URL)")
+    session.install(".[penguiflow,fakeredis]")
+    out = Path("docs/matrix").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    documents = [str(Path(name).resolve()) for name in ("docs/conformance-matrix.md", "README.md")]
+    session.chdir(_scratch())
+    reports = []
+    for backend in MATRIX_BACKENDS:
+        report = out / f"{backend}.json"
+        # Exit status 1 (failed checks) is a result here, not an error of the session.
+        session.run(
+            "pytest",
+            f"--stm-backend={backend}",
+            "--stm-hypothesis-profile=ci",
+            f"--stm-report={report}",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            success_codes=[0, 1],
+        )
+        reports.append(str(report))
+    updates = [arg for path in documents for arg in ("--update", path)]
+    session.run("python", "-m", "stm_conformance.matrix", *updates, *reports)
 
 
 @nox.session(python=PYTHON)
