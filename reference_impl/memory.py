@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
@@ -24,13 +23,13 @@ from .budget import Budget
 from .callbacks import CallbackQueue
 from .entries import Entry, MemoryState, render_view
 from .health import HealthMachine, Transition
+from .inputs import MAX_REVISION, check_turn, text_problem
 from .types import (
     ConversationTurn,
     MemoryBudgetExceeded,
     MemoryHealth,
     MemoryKey,
     ShortTermMemoryConfig,
-    TrajectoryDigest,
 )
 
 __all__ = ["DefaultShortTermMemory", "call_summarizer", "saved_for"]
@@ -38,50 +37,6 @@ __all__ = ["DefaultShortTermMemory", "call_summarizer", "saved_for"]
 logger = logging.getLogger("reference_impl.memory")
 
 SummarizerFn = Callable[[Mapping[str, Any]], Awaitable[Mapping[str, Any]]]
-
-
-def _check_turn(turn: Any) -> None:
-    """Reject a malformed turn before anything changes (bad input leaves state untouched)."""
-    if not isinstance(turn, ConversationTurn):
-        raise TypeError(f"add_turn expects a ConversationTurn, got {type(turn).__name__}")
-    for name in ("user_message", "assistant_response"):
-        if not isinstance(getattr(turn, name), str):
-            raise TypeError(f"ConversationTurn.{name} must be a str")
-    digest = turn.trajectory_digest
-    if digest is not None:
-        if not isinstance(digest, TrajectoryDigest):
-            raise TypeError("ConversationTurn.trajectory_digest must be a TrajectoryDigest")
-        if not _is_str_list(digest.tools_invoked) or not _is_str_list(digest.artifacts_refs):
-            raise TypeError("TrajectoryDigest lists must hold strings")
-        if not isinstance(digest.observations_summary, str) or not isinstance(
-            digest.reasoning_summary, str | None
-        ):
-            raise TypeError("TrajectoryDigest summaries must be strings")
-    if (
-        not isinstance(turn.ts, int | float)
-        or isinstance(turn.ts, bool)
-        or not math.isfinite(turn.ts)
-    ):
-        raise TypeError("ConversationTurn.ts must be a finite number")
-    if not isinstance(turn.artifacts_shown, dict):
-        raise TypeError("ConversationTurn.artifacts_shown must be a dict")
-    if not _is_str_list(turn.artifacts_hidden_refs):
-        raise TypeError("ConversationTurn.artifacts_hidden_refs must hold strings")
-    if not turn.artifacts_shown:
-        return
-    try:
-        encoded = json.dumps(turn.artifacts_shown, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"turn artifacts must be JSON-serialisable: {exc}") from None
-    # json.dumps also takes tuples and non-string keys, which no JSON reader gives back:
-    # such a turn could be stored, but its saved state could never be loaded (SER-002).
-    if json.loads(encoded) != turn.artifacts_shown:
-        raise TypeError("ConversationTurn.artifacts_shown must be plain JSON data")
-
-
-def _is_str_list(value: Any) -> bool:
-    # A bare string is iterable too; stored, it would come back as a list of characters.
-    return isinstance(value, list | tuple) and all(isinstance(item, str) for item in value)
 
 
 class DefaultShortTermMemory:
@@ -154,7 +109,7 @@ class DefaultShortTermMemory:
         """
         if self._closed:
             raise RuntimeError("add_turn on a closed memory")
-        _check_turn(turn)
+        check_turn(turn)
         if self._config.strategy == "none":
             return
         state = self._state
@@ -259,6 +214,8 @@ class DefaultShortTermMemory:
         memory_state = self._state
         state = self.to_dict()
         current = memory_state.revision
+        if current >= MAX_REVISION:  # stores keep revisions in a signed 64-bit integer
+            raise ValueError(f"revision {current} cannot advance: at most {MAX_REVISION}")
         state["revision"] = current + 1
         state["storage_key"] = key
         conditional = getattr(store, "save_memory_state_if", None)
@@ -358,6 +315,9 @@ class DefaultShortTermMemory:
                 self._transition(change)
             self._budget.settle(state)
             self._notify()
+            # Yield even when nothing above did: a summarizer that fails before its first
+            # await, with no wait before the next attempt, must not hold the loop.
+            await asyncio.sleep(0)
 
     async def _sleep(self, delay: float) -> None:
         """Wait ``delay`` seconds, or less if ``from_dict`` replaces the state meanwhile:
@@ -389,24 +349,62 @@ async def call_summarizer(
         "previous_summary": batch.previous_summary,
         "turns": [json.loads(e.fragment) for e in batch.entries],
     }
+    # A task of its own: a call that ignores its cancellation is abandoned at the timeout
+    # (or when the caller is cancelled) instead of holding the caller forever (WM-008).
     try:
-        async with asyncio.timeout(timeout_s):
-            response = await summarizer(payload)
+        call = asyncio.ensure_future(summarizer(payload))
+    except Exception as exc:  # raised at once, or returned something not awaitable
+        return None, f"summarizer raised {type(exc).__name__}: {exc}"
+    try:
+        done, _ = await asyncio.wait({call}, timeout=timeout_s)
+    except asyncio.CancelledError:
+        _abandon(call)
+        raise
+    if not done:
+        _abandon(call)
+        return None, f"summarizer timed out after {timeout_s}s"
+    try:
+        response = call.result()
         summary = response.get("summary") if isinstance(response, Mapping) else None
     except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            raise
         return None, "summarizer raised CancelledError"
-    except TimeoutError:
-        return None, f"summarizer timed out after {timeout_s}s"
     except Exception as exc:
         return None, f"summarizer raised {type(exc).__name__}: {exc}"
     if not isinstance(response, Mapping):
         return None, f"summarizer returned {type(response).__name__}, not a mapping"
     if not isinstance(summary, str):
         return None, "summarizer output has no string 'summary'"
+    problem = text_problem(summary)
+    if problem is not None:  # it could never be stored or sent on
+        return None, f"summarizer output 'summary': {problem}"
     return summary, None
+
+
+#: How long an abandoned summarizer call may take to honour its cancellation before its
+#: coroutine is closed (else the event loop's shutdown would wait for it forever).
+ABANDON_GRACE_S = 1.0
+
+
+def _abandon(call: asyncio.Future[Any]) -> None:
+    """Cancel a summarizer call and stop waiting for it; whatever it does later is ignored."""
+    call.cancel()
+    call.add_done_callback(_ignore_outcome)
+    if isinstance(call, asyncio.Task):
+        call.get_loop().call_later(ABANDON_GRACE_S, _close_if_running, call)
+
+
+def _close_if_running(call: asyncio.Task[Any]) -> None:
+    """Close the coroutine of a call that ignored its cancellation: ``GeneratorExit``
+    where it waits, and the task ends at its next step."""
+    if not call.done():
+        with contextlib.suppress(RuntimeError, ValueError):  # it caught GeneratorExit too
+            call.get_coro().close()
+        call.cancel()
+
+
+def _ignore_outcome(call: asyncio.Future[Any]) -> None:
+    if not call.cancelled():
+        call.exception()  # retrieved: an abandoned call's failure is never logged as lost
 
 
 def saved_for(data: Any, key: str) -> bool:

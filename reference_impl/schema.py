@@ -11,12 +11,13 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
 from . import watermark
 from .budget import Budget
 from .entries import Entry, MemoryState
 from .health import HealthMachine
+from .inputs import MAX_DEPTH, MAX_REVISION, check_json
 from .types import (
     ConversationTurn,
     MemoryHealth,
@@ -37,6 +38,9 @@ __all__ = [
 
 STATE_VERSION = 2
 SPEC_VERSION = "1.1.0"
+#: How deep a state nests above a turn's artifacts (state, its turn list, the turn, the
+#: artifacts mapping), with room for the configuration snapshot.
+_STATE_NESTING = 8
 
 HealthName = Literal["healthy", "retry", "degraded", "recovering"]
 StrategyName = Literal["truncation", "rolling_summary", "none"]
@@ -66,6 +70,12 @@ class TurnV2(_Strict):
     artifacts_hidden_refs: list[str] = Field(default_factory=list)
     ts: float = Field(default=0.0, strict=False, allow_inf_nan=False)
 
+    @field_validator("artifacts_shown")
+    @classmethod
+    def _plain_artifacts(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        check_json(value, "artifacts_shown")  # the limits add_turn applies
+        return value
+
 
 class KeyV2(_Strict):
     tenant_id: str
@@ -90,7 +100,7 @@ class MemoryStateV2(_Strict):
     pending: list[TurnV2]
     backlog: list[TurnV2]
     dropped_turns: int = Field(ge=0)
-    revision: int = Field(ge=0)
+    revision: int = Field(ge=0, le=MAX_REVISION)
     config_snapshot: dict[str, JsonValue] = Field(default_factory=dict)
 
 
@@ -284,6 +294,14 @@ def _parse(data: Any) -> MemoryStateV2:
     if not isinstance(data, Mapping):
         raise ValueError(f"memory state must be a mapping, got {type(data).__name__}")
     version = data.get("version")
+    if type(version) is not int:  # not a bool either: True == 1 would read as version 1
+        raise ValueError(f"memory state version must be an int, got {version!r}")
+    try:
+        # Every string valid Unicode, every number finite, nesting bounded: what add_turn
+        # accepts, and nothing a store could not write back.
+        check_json(dict(data), "state", max_depth=MAX_DEPTH + _STATE_NESTING)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
     try:
         if version == 1:
             return _upgrade_v1(data)

@@ -41,7 +41,8 @@ from reference_impl.budget import Budget
 from reference_impl.callbacks import CallbackQueue
 from reference_impl.entries import Entry, MemoryState, render_view
 from reference_impl.health import HealthMachine, Transition
-from reference_impl.memory import _check_turn, call_summarizer, saved_for
+from reference_impl.inputs import check_turn
+from reference_impl.memory import call_summarizer, saved_for
 
 from . import scripts
 from .errors import RedisContentionError, RedisMemoryError, RedisUnavailableError
@@ -230,7 +231,7 @@ class RedisShortTermMemory:
         """
         if self._closed:
             raise RuntimeError("add_turn on a closed memory")
-        _check_turn(turn)
+        check_turn(turn)
         if turn_id is not None and (not isinstance(turn_id, str) or not turn_id):
             raise TypeError("turn_id must be a non-empty str")
         if self._config.strategy == "none":

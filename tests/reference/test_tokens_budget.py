@@ -311,10 +311,15 @@ async def run_scenario(model: Model, ops: list[tuple[Any, ...]]) -> None:
                 summarizer.open = True
                 while summarizer.waiting:
                     await summarizer.release()
+                waiting = {t["seq"] for t in memory.to_dict()["pending"]}
                 await asyncio.wait_for(memory.flush(), timeout=10)
                 summarizer.open = False
                 if memory.health is MemoryHealth.HEALTHY:
-                    assert memory.to_dict()["pending"] == []  # WM-007
+                    # WM-007: the turns pending when flush was called. The summary it waited
+                    # for may itself push older recent turns out (the budget), which wait
+                    # for a later call.
+                    left = {t["seq"] for t in memory.to_dict()["pending"]}
+                    assert not waiting & left
             await check_invariants(memory, model, summarizer)
         assert summarizer.max_in_flight <= 1  # WM-004
         event(f"final health: {memory.health.value}")

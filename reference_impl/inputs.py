@@ -1,0 +1,143 @@
+"""Checks of what enters a memory from outside: turns, loaded states, summaries.
+
+Everything a memory stores must round-trip through every store: JSON, UTF-8, SQLite.
+So text must be encodable (no lone surrogates), numbers finite and in range, and nesting
+shallow enough for JSON readers to load again. A refusal raises ``TypeError`` (wrong
+type) or ``ValueError`` (bad value) naming where the problem is, before anything changes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .types import ConversationTurn, TrajectoryDigest
+
+__all__ = ["MAX_DEPTH", "MAX_REVISION", "check_json", "check_text", "check_turn", "text_problem"]
+
+#: Deepest nesting of artifacts accepted. JSON readers bound it (pydantic's ~255, the
+#: recursion limit of ``json``); an agent's artifacts never come near.
+MAX_DEPTH = 64
+#: Largest revision: stores keep it in a signed 64-bit integer (SQLite's INTEGER).
+MAX_REVISION = 2**63 - 1
+
+
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot be stored as UTF-8 (a lone surrogate), or ``None``."""
+    if value.isascii():
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"lone surrogate {value[exc.start]!r} at index {exc.start}: not valid Unicode text"
+    return None
+
+
+def check_text(value: str, where: str) -> None:
+    """Raise ``ValueError`` unless ``value`` can be stored as UTF-8."""
+    problem = text_problem(value)
+    if problem is not None:
+        raise ValueError(f"{where}: {problem}")
+
+
+def check_json(value: Any, where: str, *, max_depth: int = MAX_DEPTH) -> None:
+    """Raise unless ``value`` is plain JSON data that every store gives back as it was.
+
+    Plain: ``dict`` with ``str`` keys, ``list``, ``str``, ``int``, finite ``float``,
+    ``bool``, ``None``; at most ``max_depth`` deep; text valid Unicode. A tuple would
+    come back as a list and an ``int`` key as a string, so they are refused too.
+
+    Raises:
+        TypeError: a value of another type. ValueError: a bad value, or too deep.
+    """
+    try:
+        _walk(value, where, max_depth)
+    except (TypeError, ValueError) as exc:
+        # A path into deep data is long: keep its start and its end.
+        text = str(exc)
+        if len(text) > 300:
+            text = f"{text[:120]} ... {text[-150:]}"
+        raise type(exc)(text) from None
+
+
+def _walk(value: Any, where: str, max_depth: int) -> None:
+    stack: list[tuple[Any, str, int]] = [(value, where, 0)]
+    while stack:  # iterative: deep input must not exhaust the recursion limit first
+        item, path, depth = stack.pop()
+        if isinstance(item, str):
+            check_text(item, path)
+        elif isinstance(item, bool) or item is None or isinstance(item, int):
+            continue
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise ValueError(f"{path}: {item!r} is not a finite number")
+        elif isinstance(item, dict | list):
+            if depth >= max_depth:
+                raise ValueError(f"{path}: nested deeper than {max_depth} levels")
+            if isinstance(item, list):
+                stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(item))
+                continue
+            for k, v in item.items():
+                if not isinstance(k, str):
+                    raise TypeError(f"{path}: key {k!r} is not a str")
+                check_text(k, f"{path} key {k!r}")
+                stack.append((v, f"{path}[{k!r}]", depth + 1))
+        else:
+            raise TypeError(f"{path}: {type(item).__name__} is not plain JSON data")
+
+
+def check_turn(turn: Any) -> None:
+    """Refuse a malformed turn before anything changes (bad input leaves state untouched).
+
+    Raises:
+        TypeError: for every refusal, a bad value too (text that is not valid Unicode,
+            artifacts that are not finite or too deep): ``add_turn`` has one error for a
+            turn it cannot take, and the message names the field.
+    """
+    try:
+        _check_turn(turn)
+    except ValueError as exc:
+        raise TypeError(str(exc)) from None
+
+
+def _check_turn(turn: Any) -> None:
+    if not isinstance(turn, ConversationTurn):
+        raise TypeError(f"add_turn expects a ConversationTurn, got {type(turn).__name__}")
+    for name in ("user_message", "assistant_response"):
+        text = getattr(turn, name)
+        if not isinstance(text, str):
+            raise TypeError(f"ConversationTurn.{name} must be a str")
+        check_text(text, f"ConversationTurn.{name}")
+    digest = turn.trajectory_digest
+    if digest is not None:
+        if not isinstance(digest, TrajectoryDigest):
+            raise TypeError("ConversationTurn.trajectory_digest must be a TrajectoryDigest")
+        for name in ("tools_invoked", "artifacts_refs"):
+            _check_texts(getattr(digest, name), f"TrajectoryDigest.{name}")
+        if not isinstance(digest.observations_summary, str) or not isinstance(
+            digest.reasoning_summary, str | None
+        ):
+            raise TypeError("TrajectoryDigest summaries must be strings")
+        check_text(digest.observations_summary, "TrajectoryDigest.observations_summary")
+        if digest.reasoning_summary is not None:
+            check_text(digest.reasoning_summary, "TrajectoryDigest.reasoning_summary")
+    ts = turn.ts
+    try:
+        finite = isinstance(ts, int | float) and not isinstance(ts, bool) and math.isfinite(ts)
+    except OverflowError:  # an int beyond any float
+        finite = False
+    if not finite:
+        raise TypeError("ConversationTurn.ts must be a finite number")
+    if not isinstance(turn.artifacts_shown, dict):
+        raise TypeError("ConversationTurn.artifacts_shown must be a dict")
+    _check_texts(turn.artifacts_hidden_refs, "ConversationTurn.artifacts_hidden_refs")
+    if turn.artifacts_shown:
+        check_json(turn.artifacts_shown, "ConversationTurn.artifacts_shown")
+
+
+def _check_texts(value: Any, where: str) -> None:
+    # A bare string is iterable too; stored, it would come back as a list of characters.
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"{where} must be a list of strings")
+    for i, text in enumerate(value):
+        check_text(text, f"{where}[{i}]")

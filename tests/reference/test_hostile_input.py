@@ -1,0 +1,295 @@
+"""Input no store could keep, and summarizers that misbehave: refused or survived, never
+poisoning a session or freezing the event loop (``reference_impl.inputs``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from stm_stores import SQLiteStateStore
+
+from reference_impl import (
+    ConversationTurn,
+    DefaultShortTermMemory,
+    MemoryBudget,
+    MemoryHealth,
+    MemoryKey,
+    ShortTermMemoryConfig,
+    TrajectoryDigest,
+)
+from reference_impl.inputs import MAX_DEPTH, MAX_REVISION, check_json
+
+pytestmark = pytest.mark.anyio
+
+LONE = "\ud800"
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _config(**changes: Any) -> ShortTermMemoryConfig:
+    options: dict[str, Any] = {
+        "strategy": "rolling_summary",
+        "budget": MemoryBudget(full_zone_turns=1),
+        "retry_backoff_base_s": 0.001,
+        "degraded_retry_interval_s": 0.001,
+    }
+    options.update(changes)
+    return ShortTermMemoryConfig(**options)
+
+
+async def _summarize(payload: Mapping[str, Any]) -> dict[str, str]:
+    return {"summary": f"{len(payload['turns'])} turns"}
+
+
+BAD_TURNS: dict[str, ConversationTurn] = {
+    "surrogate-user": ConversationTurn(f"a{LONE}b", "a"),
+    "surrogate-assistant": ConversationTurn("u", LONE),
+    "surrogate-tool": ConversationTurn("u", "a", TrajectoryDigest([LONE], "o")),
+    "surrogate-observations": ConversationTurn("u", "a", TrajectoryDigest([], LONE)),
+    "surrogate-reasoning": ConversationTurn("u", "a", TrajectoryDigest([], "o", LONE)),
+    "surrogate-artifact-ref": ConversationTurn("u", "a", TrajectoryDigest([], "o", None, [LONE])),
+    "surrogate-artifact-key": ConversationTurn("u", "a", artifacts_shown={LONE: 1}),
+    "surrogate-artifact-value": ConversationTurn("u", "a", artifacts_shown={"k": [LONE]}),
+    "surrogate-hidden-ref": ConversationTurn("u", "a", artifacts_hidden_refs=[LONE]),
+    "artifacts-too-deep": ConversationTurn("u", "a", artifacts_shown={"k": _nested(MAX_DEPTH)}),
+    "artifacts-far-too-deep": ConversationTurn("u", "a", artifacts_shown={"k": _nested(5000)}),
+    "artifacts-inf": ConversationTurn("u", "a", artifacts_shown={"k": {"x": float("-inf")}}),
+    "ts-beyond-float": ConversationTurn("u", "a", ts=10**400),
+}
+
+
+@pytest.mark.requirement("SER-001", "SER-002")
+@pytest.mark.parametrize("kind", sorted(BAD_TURNS))
+async def test_a_turn_no_store_could_keep_is_refused_and_changes_nothing(kind: str) -> None:
+    memory = DefaultShortTermMemory(config=_config(), summarizer=_summarize)
+    await memory.add_turn(ConversationTurn("first", "turn"))
+    before = (memory.to_dict(), await memory.get_llm_context(), memory.estimate_tokens())
+    with pytest.raises(TypeError) as refused:
+        await memory.add_turn(BAD_TURNS[kind])
+    message = str(refused.value)
+    assert "ConversationTurn" in message or "TrajectoryDigest" in message, message
+    assert len(message) < 400, "a deep path is shortened in the message"
+    assert (memory.to_dict(), await memory.get_llm_context(), memory.estimate_tokens()) == before
+    await memory.aclose()
+
+
+@pytest.mark.requirement("SER-002")
+async def test_what_add_turn_accepts_round_trips_through_sqlite(tmp_path: Path) -> None:
+    """Astral and combining text, the deepest artifacts accepted, huge and tiny numbers."""
+    turn = ConversationTurn(
+        "🐧 e\u0301 \u0000 \u2028",
+        "",
+        TrajectoryDigest(["🔧"], "o\u0301", "", ["ref"]),
+        artifacts_shown={
+            "deep": _nested(MAX_DEPTH - 1),  # the deepest accepted
+            "big": 10**30,
+            "tiny": 5e-324,
+            "": None,
+        },
+        ts=1e300,
+    )
+    key = MemoryKey("t", "u", "s")
+    memory = DefaultShortTermMemory(config=_config(), summarizer=_summarize, key=key)
+    await memory.add_turn(turn)
+    store = SQLiteStateStore(tmp_path / "state.db")
+    await memory.persist(store, "k")
+    other = DefaultShortTermMemory(config=_config(), summarizer=_summarize, key=key)
+    await other.hydrate(store, "k")
+    assert other.to_dict()["turns"] == memory.to_dict()["turns"]
+    assert await other.get_llm_context() == await memory.get_llm_context()
+    await memory.aclose()
+    await other.aclose()
+    store.close()
+
+
+def _state_with(change: str) -> dict[str, Any]:
+    memory = DefaultShortTermMemory(config=_config(), summarizer=_summarize)
+    state = memory.to_dict()
+    state["next_seq"] = 2
+    state["turns"] = [
+        {
+            "seq": 1,
+            "user_message": "u",
+            "assistant_response": "a",
+            "trajectory_digest": None,
+            "artifacts_shown": {},
+            "artifacts_hidden_refs": [],
+            "ts": 0.0,
+        }
+    ]
+    turn = state["turns"][0]
+    if change == "nan-artifact":
+        turn["artifacts_shown"] = {"x": [float("nan")]}
+    elif change == "surrogate-summary":
+        state["summary"] = f"ok{LONE}"
+    elif change == "surrogate-message":
+        turn["user_message"] = LONE
+    elif change == "surrogate-key":
+        state["key"] = {"tenant_id": LONE, "user_id": "u", "session_id": "s"}
+    elif change == "too-deep-artifact":
+        turn["artifacts_shown"] = {"x": _nested(MAX_DEPTH)}
+    elif change == "revision-past-int64":
+        state["revision"] = MAX_REVISION + 1
+    elif change == "version-true":
+        state["version"] = True
+    elif change == "version-float":
+        state["version"] = 2.0
+    elif change == "object-in-snapshot":
+        state["config_snapshot"] = {"x": object()}
+    return state
+
+
+@pytest.mark.requirement("SER-003")
+@pytest.mark.parametrize(
+    "change",
+    [
+        "nan-artifact",
+        "surrogate-summary",
+        "surrogate-message",
+        "surrogate-key",
+        "too-deep-artifact",
+        "revision-past-int64",
+        "version-true",
+        "version-float",
+        "object-in-snapshot",
+    ],
+)
+def test_from_dict_refuses_what_add_turn_would_refuse(change: str) -> None:
+    memory = DefaultShortTermMemory(config=_config(), summarizer=_summarize)
+    memory.from_dict(_state_with("none"))  # the same state, unchanged, loads
+    before = json.dumps(memory.to_dict(), sort_keys=True)
+    with pytest.raises(ValueError):
+        memory.from_dict(_state_with(change))
+    assert json.dumps(memory.to_dict(), sort_keys=True) == before
+
+
+async def test_the_last_revision_refuses_to_advance(tmp_path: Path) -> None:
+    state = _state_with("none")
+    state["revision"] = MAX_REVISION
+    memory = DefaultShortTermMemory(config=_config(), summarizer=_summarize)
+    memory.from_dict(copy.deepcopy(state))
+    store = SQLiteStateStore(tmp_path / "state.db")
+    with pytest.raises(ValueError, match="cannot advance"):
+        await memory.persist(store, "k")
+    assert memory.to_dict()["revision"] == MAX_REVISION
+    await memory.aclose()
+    store.close()
+
+
+def test_check_json_names_the_path_and_the_problem() -> None:
+    with pytest.raises(ValueError, match=r"x\['a'\]\[1\]: nan is not a finite number"):
+        check_json({"a": [1, float("nan")]}, "x")
+    with pytest.raises(TypeError, match=r"x\['a'\]: tuple is not plain JSON data"):
+        check_json({"a": (1,)}, "x")
+    with pytest.raises(TypeError, match="key 1 is not a str"):
+        check_json({1: "a"}, "x")
+    check_json({"a": [1, 2.5, None, True, "é", {"b": []}]}, "x")  # plain data passes
+
+
+@pytest.mark.requirement("HLT-007")
+async def test_a_summary_that_is_not_valid_text_is_a_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def broken(payload: Mapping[str, Any]) -> dict[str, str]:
+        return {"summary": f"half {LONE}"}
+
+    memory = DefaultShortTermMemory(
+        config=_config(budget=MemoryBudget(full_zone_turns=0), retry_backoff_base_s=30.0),
+        summarizer=broken,
+    )
+    with caplog.at_level(logging.WARNING, logger="reference_impl.memory"):
+        await memory.add_turn(ConversationTurn("u", "a"))
+        for _ in range(100):
+            if memory.health is MemoryHealth.RETRY:
+                break
+            await asyncio.sleep(0.01)
+    assert memory.health is MemoryHealth.RETRY
+    assert memory.to_dict()["summary"] == ""
+    assert "lone surrogate" in caplog.text
+    await memory.aclose()
+
+
+@pytest.mark.requirement("WM-008")
+async def test_a_call_ignoring_its_cancellation_is_abandoned_at_the_timeout() -> None:
+    finished = asyncio.Event()
+
+    async def stubborn(payload: Mapping[str, Any]) -> dict[str, str]:
+        try:
+            while True:
+                with contextlib.suppress(asyncio.CancelledError):  # ignores cancellation
+                    await asyncio.sleep(10)
+        finally:
+            finished.set()
+
+    memory = DefaultShortTermMemory(
+        config=_config(
+            budget=MemoryBudget(full_zone_turns=0), summarizer_timeout_s=0.2, retry_attempts=0
+        ),
+        summarizer=stubborn,
+    )
+    await memory.add_turn(ConversationTurn("u", "a"))
+    started = time.monotonic()
+    await asyncio.wait_for(memory.flush(), timeout=5)
+    assert time.monotonic() - started < 2
+    assert memory.health in (MemoryHealth.DEGRADED, MemoryHealth.RECOVERING)
+    await asyncio.wait_for(memory.aclose(), timeout=2)
+    # The abandoned call's coroutine is closed after a grace, so nothing waits on it.
+    await asyncio.wait_for(finished.wait(), timeout=5)
+
+
+@pytest.mark.requirement("HLT-006")
+async def test_no_recovery_interval_and_a_call_failing_at_once_never_freeze_the_loop() -> None:
+    async def fails_at_once(payload: Mapping[str, Any]) -> dict[str, str]:
+        raise RuntimeError("fails before its first await")
+
+    memory = DefaultShortTermMemory(
+        config=_config(
+            budget=MemoryBudget(full_zone_turns=0), retry_attempts=0, degraded_retry_interval_s=0
+        ),
+        summarizer=fails_at_once,
+    )
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.005)
+            ticks += 1
+
+    ticker = asyncio.ensure_future(tick())
+    await memory.add_turn(ConversationTurn("u", "a"))
+    await asyncio.sleep(0.3)
+    ticker.cancel()
+    assert ticks >= 10, "the event loop was held by the summarizer worker"
+    await asyncio.wait_for(memory.aclose(), timeout=2)
+
+
+@pytest.mark.requirement("HLT-007")
+async def test_a_summarizer_that_is_not_a_coroutine_function_is_a_failure() -> None:
+    def not_async(payload: Mapping[str, Any]) -> dict[str, str]:
+        return {"summary": "s"}
+
+    memory = DefaultShortTermMemory(
+        config=_config(budget=MemoryBudget(full_zone_turns=0), retry_backoff_base_s=30.0),
+        summarizer=not_async,  # type: ignore[arg-type]
+    )
+    await memory.add_turn(ConversationTurn("u", "a"))
+    for _ in range(100):
+        if memory.health is MemoryHealth.RETRY:
+            break
+        await asyncio.sleep(0.01)
+    assert memory.health is MemoryHealth.RETRY
+    await memory.aclose()
