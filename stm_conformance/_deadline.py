@@ -17,6 +17,10 @@ of the backend, never inside the event loop's own machinery or the task running 
 guard, so the loop survives; the guard then fails with *did not return: blocked the event
 loop* and the stack at the moment the block was detected.
 
+Between the guards of a check (an operation returned, the check goes on), the check's
+deadline watches the same loop: a task the backend left running that blocks it is
+interrupted the same way and fails the check (*between the check's operations*).
+
 The interrupt is a signal (``SIGUSR2``) whose handler the kit installs once, in the main
 thread; it raises only when an interrupt is pending and otherwise passes the signal on to
 the handler it replaced. A block inside a hypothesis run of the check itself (kit code)
@@ -36,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import math
 import os
 import selectors
@@ -134,6 +139,9 @@ class LoopBlocked(CheckTimeout):
 # -- the check's deadline ---------------------------------------------------------------
 
 _deadline: float | None = None
+#: The loop of the latest guard: between two guards of a check, the check's deadline
+#: watches it for blocks (a backend task may block it after an operation returned).
+_last_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
 
 
 def remaining() -> float | None:
@@ -161,6 +169,12 @@ def check_deadline(seconds: float | None) -> Iterator[None]:
             yield
     finally:
         _deadline = previous
+    if watch is not None and watch.blocked is not None:
+        raise CheckTimeout(
+            f"check {BLOCKED} between the check's operations (no callback ran for "
+            f"{watch.blocked_for:.2g}s): a task of the backend blocked it\n"
+            f"stack of the event loop's thread when the block was detected:\n{watch.blocked}"
+        )
 
 
 # -- guards -----------------------------------------------------------------------------
@@ -226,6 +240,8 @@ async def run_guarded(
             coro.close()
         raise CheckTimeout(f"{what}: no time left before the check's deadline")
     loop = asyncio.get_running_loop()
+    global _last_loop
+    _last_loop = weakref.ref(loop)
     before = asyncio.all_tasks(loop)
     task = loop.create_task(_as_coroutine(coro), name=f"stm-conformance: {what}")
     try:
@@ -275,8 +291,9 @@ async def _guard(
                 now = loop.time()
                 chain = await_chain(task)
                 found = _ignoring_cancellation(task, chain)
-                if found is None and probe is not None:
-                    found = probe(chain)
+                probed = probe(chain) if probe is not None else None
+                if probed is not None and (found is None or probed.after_s < found.after_s):
+                    found = probed  # the finding decided sooner
                 if found != stuck:
                     stuck, stuck_since = found, now
                 elif found is not None and now - stuck_since >= found.after_s:
@@ -439,15 +456,40 @@ def await_chain(task: asyncio.Task[Any]) -> list[FrameType | Hop]:
         following = None
         if isinstance(waiter, asyncio.Task):
             following = waiter
-        else:  # asyncio.gather's future: follow a pending child task
+        elif waiter is not None:
+            # asyncio.gather's future: follow a pending child task. asyncio.wait, wait_for
+            # and shield wait on a future that a task's done-callback completes.
             for child in getattr(waiter, "_children", None) or ():
                 if isinstance(child, asyncio.Task) and not child.done():
                     following = child
                     break
+            else:
+                following = _task_completing(waiter, current.get_loop())
         if following is not None:
             chain.append(Hop(following.get_name(), following))
         current = following
     return chain
+
+
+def _task_completing(
+    future: asyncio.Future[Any], loop: asyncio.AbstractEventLoop
+) -> asyncio.Task[Any] | None:
+    """A pending task whose done-callbacks would complete ``future`` (they refer to it)."""
+    for task in asyncio.all_tasks(loop):
+        for callback, _context in getattr(task, "_callbacks", None) or ():
+            if _refers_to(callback, future):
+                return task
+    return None
+
+
+def _refers_to(callback: Any, target: object) -> bool:
+    if isinstance(callback, functools.partial):
+        return any(arg is target for arg in callback.args) or _refers_to(callback.func, target)
+    for cell in getattr(callback, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):  # an empty cell
+            if cell.cell_contents is target:
+                return True
+    return getattr(callback, "__self__", None) is target
 
 
 def coroutine_stack(task: asyncio.Task[Any]) -> str:
@@ -637,8 +679,11 @@ class _Watchdog:
                 for watch in watches:
                     watch.sent_at = max(watch.sent_at, now)
             last = now
+            guarded = {w.thread_id for w in watches if w.loop is not None}
             for watch in watches:
                 try:
+                    if watch.loop is None and watch.thread_id not in guarded:
+                        self._tick_between_guards(watch, now)
                     self._tick(watch)
                 except Exception:  # the watchdog must keep running
                     continue
@@ -655,8 +700,8 @@ class _Watchdog:
                 self._interrupt(watch, CheckTimeout(message))
             return
         if watch.answered == watch.sent:
-            if watch.blocked is not None:
-                return  # answered after a block: the guard is ending the operation
+            # Answered (after a block too: the guard is ending the operation, unless a
+            # task of the backend blocks the loop again first, so keep watching).
             watch.sent += 1
             watch.sent_at = now
             with contextlib.suppress(RuntimeError):  # the loop is closed
@@ -681,6 +726,31 @@ class _Watchdog:
                     watch.loop.call_soon_threadsafe(watch.on_blocked)
         if now >= watch.next_interrupt:
             watch.next_interrupt = now + 0.2
+            self._interrupt(watch, LoopBlocked())
+
+    def _tick_between_guards(self, watch: _Watch, now: float) -> None:
+        """The check's deadline watch, while no guard runs: is the last guard's loop,
+        still running, blocked by a task the backend left behind?"""
+        loop = _last_loop() if _last_loop is not None else None
+        if loop is None or not loop.is_running() or watch.blocked is not None:
+            watch.answered = watch.sent
+            return
+        if watch.answered == watch.sent:
+            watch.sent += 1
+            watch.sent_at = now
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                loop.call_soon_threadsafe(watch.pong, watch.sent)
+            return
+        if now - watch.sent_at < watch.block_s:
+            return
+        frame = sys._current_frames().get(watch.thread_id)
+        if _runs_hypothesis(frame):  # kit code: only the deadline stops it
+            watch.sent_at = now
+            return
+        if now >= watch.next_interrupt:
+            watch.next_interrupt = now + 0.2
+            watch.blocked_for = now - watch.sent_at
+            watch.blocked = _blocked_stack(frame)
             self._interrupt(watch, LoopBlocked())
 
     def _interrupt(self, watch: _Watch, exc: BaseException) -> None:
@@ -724,7 +794,13 @@ def _on_interrupt_signal(signum: int, frame: FrameType | None) -> None:
         return
     if watch.loop is None:
         if _running_loop() is not None:
-            return  # a guard on that loop decides; the loop may not be interrupted
+            # A guard on that loop decides; between guards, the deadline watch raises a
+            # block inside the callback that blocks (a task of the backend), not elsewhere.
+            if not isinstance(watch.pending, LoopBlocked) or not _in_callback(frame):
+                return
+            if watch.answered == watch.sent:
+                watch.pending = None  # the loop answered meanwhile
+                return
     elif watch.answered == watch.sent:
         watch.pending = None  # the loop answered meanwhile: it is not blocked any more
         return
@@ -775,6 +851,18 @@ def _safe_to_raise(frame: FrameType | None, watch: _Watch) -> bool:
         return False
     task = asyncio.current_task()
     if task is not None and task is watch.protected:
+        return False
+    f: FrameType | None = frame
+    while f is not None:
+        if f.f_code is _HANDLE_RUN:
+            return True
+        f = f.f_back
+    return False
+
+
+def _in_callback(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside a loop callback, outside asyncio's own code."""
+    if frame is None or _in_loop_machinery(frame):
         return False
     f: FrameType | None = frame
     while f is not None:

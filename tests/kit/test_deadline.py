@@ -188,6 +188,26 @@ def test_a_block_after_a_hypothesis_run_is_still_found() -> None:
     assert took < 3
 
 
+def test_a_task_blocking_the_loop_after_an_operation_returned_fails_the_check() -> None:
+    # The guarded operation returns, leaving a task behind that blocks the loop while the
+    # check goes on with the loop's own work (no guard active): the check's deadline
+    # watch interrupts the task and fails the check, long before the deadline itself.
+    async def leaves_a_spinner() -> None:
+        asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(_spin()))
+
+    async def check() -> None:
+        await run_guarded(leaves_a_spinner(), seconds=5, what="op")
+        await asyncio.sleep(1.0)  # unguarded: the spinner blocks the loop meanwhile
+
+    started = time.monotonic()
+    with pytest.raises(CheckTimeout) as stopped, check_deadline(20):
+        asyncio.run(check())
+    assert time.monotonic() - started < 5
+    message = str(stopped.value)
+    assert BLOCKED in message and "between the check's operations" in message
+    assert "in _spin" in message
+
+
 def test_a_loop_off_the_main_thread_is_interrupted_too() -> None:
     outcome: dict[str, Any] = {}
 
