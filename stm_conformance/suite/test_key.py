@@ -221,7 +221,12 @@ async def test_health_of_one_key_is_independent_of_another(make_memory):
     b = await make_memory(cfg, key=MemoryKey("tenant-b", "u", "s"), summarizer=healthy)
     for i in range(3):
         await a.add_turn(turn(i))
-        await b.add_turn(turn(i))
+        await b.add_turn(turn(100 + i))
+    # Kept apart first: two keys sharing one state (KEY-001) could show any health.
+    shown_a, shown_b = json.dumps(await memory_view(a)), json.dumps(await memory_view(b))
+    assert "u102" not in shown_a, (
+        f"KEY-001: keys of two tenants share their turns: A shows {shown_a}, B {shown_b}"
+    )
     await failing.wait_for_calls(1)
     await eventually(
         lambda: a.health.value == "retry", what="HLT-002: key A in RETRY (precondition)"
