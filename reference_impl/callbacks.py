@@ -17,6 +17,9 @@ __all__ = ["CallbackQueue"]
 
 logger = logging.getLogger("reference_impl.memory")
 
+#: How long ``aclose`` waits for a cancelled callback to end before leaving it behind.
+CLOSE_GRACE_S = 1.0
+
 
 class CallbackQueue:
     def __init__(self, name: str, callback: Callable[..., Awaitable[None]] | None) -> None:
@@ -40,12 +43,27 @@ class CallbackQueue:
             args = self._events.popleft()
             try:
                 await self._callback(*args)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # aclose: stop delivering
+                # The callback raised CancelledError itself: one more failure of a
+                # callback, which must not stall the events queued behind it.
+                logger.warning("%s callback raised CancelledError; ignored", self._name)
             except Exception:
                 logger.warning("%s callback raised; ignored", self._name, exc_info=True)
 
     async def aclose(self) -> None:
+        """Drop undelivered events and stop the worker; a callback that ignores its
+        cancellation is abandoned after :data:`CLOSE_GRACE_S` (CON-003)."""
         self._events.clear()
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await asyncio.wait({task}, timeout=CLOSE_GRACE_S)
+            task.add_done_callback(_retrieve)
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()  # an abandoned worker's end is never logged as lost

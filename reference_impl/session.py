@@ -125,6 +125,9 @@ class RouterStats:
     disabled_turns: int = 0
     #: Unsaved turns that could not be re-applied after a conflict (e.g. budget ``error``).
     dropped_turns: int = 0
+    #: Unsaved turns found in the store after a conflict (a save that landed but raised),
+    #: so not applied twice.
+    already_saved_turns: int = 0
     #: Unsaved turns given up when their memory was evicted or closed without a good save.
     lost_turns: int = 0
 
@@ -754,7 +757,13 @@ class MemoryRouter:
         kept: list[ConversationTurn] = []
         try:
             await self._hydrate(fresh, slot)
+            # A save that landed although it raised (a store that wrote, then failed to
+            # answer) left its turns in the store: they are not re-applied.
+            stored = _stored_turn_ids(fresh)
             for turn in slot.unsaved:
+                if _turn_id(turn) in stored:
+                    self.stats.already_saved_turns += 1
+                    continue
                 try:
                     await fresh.add_turn(turn)
                 except Exception as exc:  # e.g. MemoryBudgetExceeded on the merged state
@@ -804,6 +813,29 @@ class MemoryRouter:
                 if slot.memory is memory:
                     return
             # A conflict swapped in a re-hydrated memory: flush that one too.
+
+
+TurnId = tuple[str, str, float]
+
+
+def _turn_id(turn: ConversationTurn) -> TurnId:
+    """What identifies a recorded turn: its messages and the time ``finish`` stamped on
+    it (``time.time()``, so two turns of one session never share it)."""
+    return (turn.user_message, turn.assistant_response, float(turn.ts))
+
+
+def _stored_turn_ids(memory: RoutedMemory) -> set[TurnId]:
+    """The ids of the turns a memory keeps verbatim (recent, pending, backlog); none for a
+    memory without ``to_dict``."""
+    to_dict = getattr(memory, "to_dict", None)
+    if to_dict is None:
+        return set()
+    state = to_dict()
+    return {
+        (t["user_message"], t["assistant_response"], float(t["ts"]))
+        for part in ("turns", "pending", "backlog")
+        for t in state.get(part, ())
+    }
 
 
 def _retrieve(task: asyncio.Task[None]) -> None:

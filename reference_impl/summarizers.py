@@ -16,6 +16,7 @@ which is exactly what PenguiFlow's ``DefaultShortTermMemory`` sends. Two are pro
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -42,6 +43,8 @@ ChatCompletion = Callable[[list[dict[str, str]]], Awaitable[str]]
 SummaryFunction = Callable[[Any], Awaitable[dict[str, str]]]
 
 _ELLIPSIS = "…"
+#: Turns a summarizer call formats between two yields to the event loop.
+_CHUNK = 200
 _SUMMARY_TAGS = ("<session_summary>", "</session_summary>")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 _WHITESPACE = re.compile(r"\s+")
@@ -165,8 +168,18 @@ class RuleBasedSummarizer:
             raise TypeError("token_estimator must be callable")
 
     async def __call__(self, payload: Any) -> dict[str, str]:
-        """Summarize ``payload``; raises ``ValueError`` if it is malformed."""
-        return {"summary": self.summarize(payload)}
+        """Summarize ``payload``; raises ``ValueError`` if it is malformed.
+
+        Yields to the event loop every :data:`_CHUNK` turns: a batch of thousands of
+        turns (a long outage) must not hold the loop.
+        """
+        previous, turns = _validate_payload(payload)
+        lines = _unwrap_summary_lines(previous)
+        for start in range(0, len(turns), _CHUNK):
+            if start:
+                await asyncio.sleep(0)
+            lines.extend(self._turn_line(turn) for turn in turns[start : start + _CHUNK])
+        return {"summary": self._fit(lines)}
 
     def summarize(self, payload: Any) -> str:
         """Synchronous core of :meth:`__call__`."""
@@ -196,13 +209,36 @@ class RuleBasedSummarizer:
         return self.size(text) <= self.max_tokens
 
     def _fit(self, lines: Sequence[str]) -> str:
-        # Every returned value passed _fits, so the bound holds for any estimator,
-        # monotonic or not.
-        for start in range(len(lines)):
-            text = "\n".join(lines[start:])
-            if self._fits(text):
-                return text
-        return self._clip_to_budget(lines[-1]) if lines else ""
+        """The most newest lines that fit, else the newest line clipped.
+
+        Galloping from the newest line, then bisecting: the text measured grows with what
+        fits, not with the batch, so a huge batch costs O(n) plus a few measurements of
+        the fitting text. Every returned value passed ``_fits``, so the bound holds for any
+        estimator; for a monotonic one, no more lines could fit.
+        """
+        n = len(lines)
+
+        def newest(k: int) -> str:
+            return "\n".join(lines[n - k :])
+
+        if n == 0:
+            return ""
+        if not self._fits(newest(1)):
+            return self._clip_to_budget(lines[-1])
+        fits, too_many = 1, n + 1
+        while fits < n:
+            k = min(2 * fits, n)
+            if not self._fits(newest(k)):
+                too_many = k
+                break
+            fits = k
+        while too_many - fits > 1:  # `fits` only ever moves to a checked, fitting count
+            mid = (fits + too_many) // 2
+            if self._fits(newest(mid)):
+                fits = mid
+            else:
+                too_many = mid
+        return newest(fits)
 
     def _clip_to_budget(self, line: str) -> str:
         def candidate(keep: int) -> str:

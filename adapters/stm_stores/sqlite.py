@@ -58,9 +58,12 @@ class SQLiteStateStore:
         self, path: str | os.PathLike[str] = ":memory:", *, timeout_s: float = 30.0
     ) -> None:
         self._path = os.fspath(path)
+        self._where = os.path.abspath(self._path)  # where connect() opens it, from here
         self._timeout_s = timeout_s
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        #: The file the connection opened (see :meth:`_identity`).
+        self._file: tuple[int, int] | None = None
         self._closed = False
 
     @property
@@ -187,11 +190,32 @@ class SQLiteStateStore:
             try:
                 if self._conn is None:
                     self._conn = self._connect()
+                    self._file = self._identity()
+                elif self._identity() != self._file:
+                    raise StateStoreError(
+                        f"cannot {action}: SQLite database {self._path!r} was deleted or "
+                        "replaced while open (writes would go to a file nobody can read)",
+                        key=key,
+                    )
                 yield self._conn
             except sqlite3.Error as exc:
                 raise StateStoreError(
                     f"cannot {action} in SQLite database {self._path!r}: {exc}", key=key
                 ) from exc
+
+    def _identity(self) -> tuple[int, int] | None:
+        """The database file's device and inode; ``None`` for ``":memory:"``.
+
+        An open connection keeps writing to a file that was deleted or replaced, and every
+        write is lost when it closes: each operation compares this with the opened file's.
+        """
+        if self._path in ("", ":memory:") or self._path.startswith("file:"):
+            return None
+        try:
+            status = os.stat(self._where)
+        except OSError:
+            return (-1, -1)
+        return (status.st_dev, status.st_ino)
 
     def _connect(self) -> sqlite3.Connection:
         # Switching a new file to WAL takes an exclusive lock and, when several

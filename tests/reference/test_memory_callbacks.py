@@ -231,3 +231,46 @@ async def test_aclose_cancels_blocked_callbacks() -> None:
     gc.collect()
     await asyncio.sleep(0)
     assert errors == []
+
+
+@pytest.mark.anyio
+@pytest.mark.requirement("CB-001", "CB-004")
+async def test_a_callback_raising_cancelled_error_stalls_no_later_event(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seen: list[str] = []
+
+    async def on_turn_added(turn: ConversationTurn) -> None:
+        seen.append(turn.user_message)
+        if len(seen) == 1:
+            raise asyncio.CancelledError  # the callback's own, not a cancellation of it
+
+    memory = DefaultShortTermMemory(
+        config=rolling(on_turn_added=on_turn_added), summarizer=Summaries()
+    )
+    with caplog.at_level(logging.WARNING, logger="reference_impl.memory"):
+        for index in range(3):  # queued together: the second and third wait behind the first
+            await memory.add_turn(make_turn(index))
+        await until(lambda: len(seen) == 3)
+    assert seen == [make_turn(i).user_message for i in range(3)]
+    assert "raised CancelledError" in caplog.text
+    await memory.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.requirement("CON-003")
+async def test_aclose_leaves_a_callback_that_ignores_cancellation_behind() -> None:
+    async def stubborn(turn: ConversationTurn) -> None:
+        while True:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                continue
+
+    memory = DefaultShortTermMemory(config=rolling(on_turn_added=stubborn), summarizer=Summaries())
+    await memory.add_turn(make_turn(0))
+    await asyncio.sleep(0)
+    await asyncio.wait_for(memory.aclose(), timeout=5)
+    for task in asyncio.all_tasks():  # the test's own loop must end: close what was left
+        if task.get_name().startswith("stm-callback"):
+            task.get_coro().close()

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from reference_impl.summarizers import (
     RuleBasedSummarizer,
     SummarizerOutputError,
+    _unwrap_summary_lines,
     build_summary_messages,
     llm_summarizer,
     parse_summary_reply,
@@ -196,6 +198,56 @@ def test_budget_is_never_exceeded(
         newest = summarizer._turn_line(turns[-1])
         if summarizer.size(newest) <= max_tokens:
             assert summary.endswith(newest)
+
+
+def _keep_most_newest(summarizer: RuleBasedSummarizer, lines: list[str]) -> str:
+    """The obvious quadratic rule the summarizer implements faster: drop the oldest lines
+    until the rest fits."""
+    for start in range(len(lines)):
+        text = "\n".join(lines[start:])
+        if summarizer.size(text) <= summarizer.max_tokens:
+            return text
+    return summarizer._clip_to_budget(lines[-1]) if lines else ""
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    turns=turns_strategy,
+    previous=st.text(max_size=600),
+    max_tokens=st.integers(min_value=0, max_value=400),
+    estimator=st.sampled_from([default_token_estimator, len, _word_count]),
+)
+def test_keeps_as_many_newest_lines_as_fit_with_a_monotonic_estimator(
+    turns: list[dict[str, Any]], previous: str, max_tokens: int, estimator: Callable[[str], int]
+) -> None:
+    summarizer = RuleBasedSummarizer(max_tokens=max_tokens, token_estimator=estimator)
+    payload = _payload(turns, previous)
+    lines = [*_unwrap_summary_lines(previous), *(summarizer._turn_line(t) for t in turns)]
+    assert summarizer.summarize(payload) == _keep_most_newest(summarizer, lines)
+
+
+@pytest.mark.anyio
+async def test_a_huge_batch_yields_to_the_event_loop() -> None:
+    summarizer = RuleBasedSummarizer(max_tokens=200)
+    turns = [_turn(f"question {i}.", f"answer {i}") for i in range(5000)]
+    ticks = 0
+    done = False
+
+    async def count() -> None:
+        nonlocal ticks
+        while not done:
+            await anyio.lowlevel.checkpoint()
+            ticks += 1
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(count)
+        await anyio.lowlevel.checkpoint()
+        before = ticks
+        result = await summarizer(_payload(turns))
+        done = True
+    assert ticks - before >= 5000 // 200 - 1, "formatting the batch never yielded"
+    assert result["summary"].endswith(summarizer._turn_line(turns[-1]))
+    assert result == {"summary": summarizer.summarize(_payload(turns))}
 
 
 MALFORMED: list[tuple[Any, str]] = [

@@ -30,7 +30,7 @@ from reference_impl import (
     ShortTermMemoryConfig,
 )
 from reference_impl.session import MemoryRouter, PersistConflictError
-from reference_impl.store import StaleStateError
+from reference_impl.store import StaleStateError, StateStoreError
 
 pytestmark = pytest.mark.anyio
 
@@ -343,3 +343,43 @@ async def test_lru_bound_holds_over_ten_thousand_sessions(fast_tmp: Path) -> Non
     assert current < 2 * 1024 * 1024
     await router.aclose()
     await store.aclose()
+
+
+class _WritesThenRaises(InMemoryStateStore):
+    """A store whose conditional save lands, then fails to say so (a lost reply)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail_after_write = 0
+
+    async def save_memory_state_if(
+        self, key: str, state: Mapping[str, Any], *, expected_revision: int | None
+    ) -> None:
+        await InMemoryStateStore.save_memory_state_if(
+            self, key, state, expected_revision=expected_revision
+        )
+        if self.fail_after_write:
+            self.fail_after_write -= 1
+            raise StateStoreError("the reply was lost after the write", key=key)
+
+
+@pytest.mark.parametrize("strategy", ["truncation", "rolling_summary"])
+async def test_a_save_that_landed_but_raised_records_no_turn_twice(strategy: str) -> None:
+    store = _WritesThenRaises()
+    config = ShortTermMemoryConfig(
+        strategy=strategy,  # type: ignore[arg-type]
+        budget=MemoryBudget(full_zone_turns=10),
+    )
+
+    async def summarize(payload: Mapping[str, Any]) -> dict[str, str]:
+        return {"summary": "s"}
+
+    router = MemoryRouter(config, store=store, summarizer=summarize)
+    await _finish(router, "first")
+    store.fail_after_write = 1
+    with pytest.raises(StateStoreError):
+        await _finish(router, "second")  # stored, but the router cannot know
+    await _finish(router, "third")  # stale: re-hydrates, finds "second" stored already
+    assert await _stored_users(store) == ["first", "second", "third"]
+    assert router.stats.conflicts == 1 and router.stats.already_saved_turns == 1
+    await router.aclose()

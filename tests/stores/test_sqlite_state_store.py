@@ -235,3 +235,44 @@ def test_conditional_saves_are_atomic_across_processes(db_path: Path) -> None:
 
     total = 2 * INCREMENTS_PER_PROCESS
     assert anyio.run(final_state) == {"revision": total, "counter": total}
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+async def test_a_database_file_gone_while_open_fails_loudly(
+    db_path: Path, tmp_path: Path, how: str
+) -> None:
+    store = SQLiteStateStore(db_path)
+    await store.save_memory_state("k", {"version": 2, "revision": 1})
+    _remove(db_path)
+    if how == "replaced":
+        other = SQLiteStateStore(db_path)  # a new file at the same path
+        await other.save_memory_state("k", {"version": 2, "revision": 7})
+        other.close()
+    with pytest.raises(StateStoreError, match="deleted or replaced while open") as gone:
+        await store.save_memory_state("k", {"version": 2, "revision": 2})
+    assert gone.value.key == "k"
+    with pytest.raises(StateStoreError, match="deleted or replaced"):
+        await store.load_memory_state("k")
+    store.close()
+    if how == "replaced":  # the new file was not written to by the old store
+        fresh = SQLiteStateStore(db_path)
+        assert (await fresh.load_memory_state("k"))["revision"] == 7
+        fresh.close()
+
+
+async def test_a_relative_path_is_checked_where_it_was_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = SQLiteStateStore("state.db")
+    await store.save_memory_state("k", {"version": 2, "revision": 1})
+    monkeypatch.chdir(tmp_path.parent)  # the process moves; the file did not
+    await store.save_memory_state("k", {"version": 2, "revision": 2})
+    assert (await store.load_memory_state("k"))["revision"] == 2
+    store.close()
+
+
+def _remove(db_path: Path) -> None:
+    """Delete the database and its WAL files, as an operator or a cleanup job might."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db_path}{suffix}").unlink(missing_ok=True)
