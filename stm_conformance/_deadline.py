@@ -289,7 +289,7 @@ async def _guard(
                 if task.done():
                     break
                 now = loop.time()
-                chain = await_chain(task)
+                chain = _own_part(await_chain(task))
                 found = _ignoring_cancellation(task, chain)
                 probed = probe(chain) if probe is not None else None
                 if probed is not None and (found is None or probed.after_s < found.after_s):
@@ -315,6 +315,14 @@ async def _guard(
     ended = await _stop(task)
     after = "" if ended else "; it ignored cancellation and was abandoned"
     raise CheckTimeout(f"{what} {reason}{after}\n{where}:\n{stack}".rstrip())
+
+
+def _own_part(chain: list[FrameType | Hop]) -> list[FrameType | Hop]:
+    """``chain`` up to a guard nested in it: what lies below is that guard's to judge."""
+    for index, item in enumerate(chain):
+        if not isinstance(item, Hop) and item.f_code is _guard.__code__:
+            return chain[:index]
+    return chain
 
 
 def _as_coroutine(awaitable: Awaitable[T]) -> Coroutine[Any, Any, T]:

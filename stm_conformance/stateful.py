@@ -23,7 +23,6 @@ Model assumptions (what a backend may differ on without failing):
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import uuid
 from collections.abc import Awaitable, Coroutine, Mapping
@@ -39,7 +38,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from ._deadline import close_runner, run_bounded
+from ._deadline import BLOCKED, CheckTimeout, close_runner, kit_probe, run_bounded, run_guarded
 from .checks import config
 from .contract import (
     ConversationTurn,
@@ -187,14 +186,17 @@ class MemoryDifferential(RuleBasedStateMachine):
         stack) if it does not finish within :data:`STEP_TIMEOUT_S`."""
 
         async def go() -> Any:
-            task = asyncio.ensure_future(coro)
-            done, _ = await asyncio.wait({task}, timeout=STEP_TIMEOUT_S)
-            if task in done:
-                return task.result()
-            stack = _task_stack(task)
-            task.cancel()
-            await asyncio.wait({task}, timeout=0.5)
-            raise _StepTimeout(what, stack)
+            # A guard of its own: it decides, sooner than the time limit when it can, that
+            # the operation waits forever, and the step blames the step's requirement. A
+            # blocked loop is no timeout of the step: the check's guard reports it.
+            try:
+                return await run_guarded(
+                    coro, seconds=STEP_TIMEOUT_S, what="the operation", probe=kit_probe
+                )
+            except CheckTimeout as exc:
+                if BLOCKED in str(exc):
+                    raise
+                raise _StepTimeout(what, str(exc)) from None
 
         return self._run(go())
 
@@ -575,8 +577,3 @@ def _recent_difference(model: SpecModel, inner: dict[str, Any]) -> tuple[str, st
     missing = [u for u in want if u not in got]
     return "BUD-004", f"{missing[0]!r} was evicted from recent although the view fits"
 
-
-def _task_stack(task: asyncio.Task[Any]) -> str:
-    out = io.StringIO()
-    task.print_stack(limit=12, file=out)
-    return out.getvalue()
