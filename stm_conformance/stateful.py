@@ -576,4 +576,3 @@ def _recent_difference(model: SpecModel, inner: dict[str, Any]) -> tuple[str, st
         )
     missing = [u for u in want if u not in got]
     return "BUD-004", f"{missing[0]!r} was evicted from recent although the view fits"
-
