@@ -137,11 +137,11 @@ class MemoryState:
 def _fresh(rendered: dict[str, Any]) -> dict[str, Any]:
     """A new copy of a rendered turn: callers may mutate the views they get.
 
-    Built field by field from the known shape of :func:`render_turn`, which costs a
-    fraction of parsing the cached fragment again.
+    Copied from the known shape of :func:`render_turn`, which costs a fraction of parsing
+    the cached fragment again.
     """
-    fresh = {"user": rendered["user"], "assistant": rendered["assistant"]}
-    digest = rendered.get("trajectory_digest")
+    fresh = rendered.copy()  # the strings are immutable; only the digest's lists are not
+    digest = fresh.get("trajectory_digest")
     if digest is not None:
         fresh["trajectory_digest"] = {
             "tools_invoked": list(digest["tools_invoked"]),
