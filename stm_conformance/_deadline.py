@@ -710,10 +710,7 @@ class _Watchdog:
         if watch.answered == watch.sent:
             # Answered (after a block too: the guard is ending the operation, unless a
             # task of the backend blocks the loop again first, so keep watching).
-            watch.sent += 1
-            watch.sent_at = now
-            with contextlib.suppress(RuntimeError):  # the loop is closed
-                watch.loop.call_soon_threadsafe(watch.pong, watch.sent)
+            _ping(watch, watch.loop, now)
             return
         if watch.blocked is None and now - watch.sent_at >= _POLL_S:
             frame = sys._current_frames().get(watch.thread_id)
@@ -744,10 +741,7 @@ class _Watchdog:
             watch.answered = watch.sent
             return
         if watch.answered == watch.sent:
-            watch.sent += 1
-            watch.sent_at = now
-            with contextlib.suppress(RuntimeError):  # the loop is closed
-                loop.call_soon_threadsafe(watch.pong, watch.sent)
+            _ping(watch, loop, now)
             return
         if now - watch.sent_at < watch.block_s:
             return
@@ -776,6 +770,14 @@ class _Watchdog:
             tid = ctypes.c_ulong(watch.thread_id)
             if set_async_exc(tid, ctypes.py_object(LoopBlocked)) > 1:  # pragma: no cover
                 set_async_exc(tid, None)
+
+
+def _ping(watch: _Watch, loop: asyncio.AbstractEventLoop, now: float) -> None:
+    """Ask ``loop`` to answer: the next ping of ``watch``, sent at ``now``."""
+    watch.sent += 1
+    watch.sent_at = now
+    with contextlib.suppress(RuntimeError):  # the loop is closed
+        loop.call_soon_threadsafe(watch.pong, watch.sent)
 
 
 _WATCHDOG = _Watchdog()
@@ -855,17 +857,10 @@ def _safe_to_raise(frame: FrameType | None, watch: _Watch) -> bool:
     Only code run by a loop callback, below ``Handle._run`` (which, like a task's step,
     catches the exception), and not in asyncio itself nor in the guard's own task.
     """
-    if frame is None or _in_loop_machinery(frame) or _running_loop() is not watch.loop:
+    if _running_loop() is not watch.loop:
         return False
     task = asyncio.current_task()
-    if task is not None and task is watch.protected:
-        return False
-    f: FrameType | None = frame
-    while f is not None:
-        if f.f_code is _HANDLE_RUN:
-            return True
-        f = f.f_back
-    return False
+    return (task is None or task is not watch.protected) and _in_callback(frame)
 
 
 def _in_callback(frame: FrameType | None) -> bool:
@@ -882,15 +877,9 @@ def _in_callback(frame: FrameType | None) -> bool:
 
 def _safe_from_outside(watch: _Watch) -> bool:
     """Like :func:`_safe_to_raise`, judged from the watchdog thread (no signal handler)."""
-    frame = sys._current_frames().get(watch.thread_id)
-    if frame is None or _in_loop_machinery(frame) or watch.loop is None:
+    if watch.loop is None:
         return False
     task = asyncio.current_task(watch.loop)
     if task is not None and task is watch.protected:
         return False
-    f: FrameType | None = frame
-    while f is not None:
-        if f.f_code is _HANDLE_RUN:
-            return True
-        f = f.f_back
-    return False
+    return _in_callback(sys._current_frames().get(watch.thread_id))

@@ -44,6 +44,14 @@ def validate_report(report: Any) -> None:
     assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors)
 
 
+def clean_environment() -> dict[str, str]:
+    """This process's environment without what would leak into a nested run: ``PYTEST_*``,
+    ``STM_*`` and ``CI`` (which picks the hypothesis profile)."""
+    return {
+        k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "STM_")) and k != "CI"
+    }
+
+
 def run_suite(
     tmp_path: Path,
     backend: str,
@@ -58,9 +66,7 @@ def run_suite(
     report = tmp_path / "r.json"
     ini = tmp_path / "pytest.ini"
     ini.write_text("[pytest]\n", encoding="utf-8")
-    clean = {
-        k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "STM_")) and k != "CI"
-    }
+    clean = clean_environment()
     clean["PYTHONPATH"] = os.pathsep.join(filter(None, [str(KIT_TESTS), clean.get("PYTHONPATH")]))
     clean.update(env or {})
     command = [

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kit_support import DOCS, RUN_TIMEOUT_S, load_json
+from kit_support import DOCS, RUN_TIMEOUT_S, clean_environment, load_json
 
 SCRIPT = DOCS / "examples" / "ci-gate.sh"
 GUIDE = DOCS / "ci-gate.md"
@@ -21,9 +21,7 @@ def gate(tmp_path: Path, env: dict[str, str]) -> tuple[int, str]:
     interpreter running these tests; ``env`` comes on top.
     """
     (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-    clean = {
-        k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "STM_")) and k != "CI"
-    }
+    clean = clean_environment()
     clean["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), clean.get("PATH", "")])
     clean.update(env)
     done = subprocess.run(
