@@ -43,7 +43,13 @@ class Entry:
     @classmethod
     def make(cls, seq: int, turn: ConversationTurn, *, include_digest: bool) -> Entry:
         rendered = render_turn(turn, include_digest=include_digest)
-        return cls(seq, turn, rendered, canonical_json(rendered))
+        if len(rendered) == 2:
+            # The common turn, two strings: its canonical JSON written directly (keys sorted).
+            user, assistant = rendered["user"], rendered["assistant"]
+            fragment = f'{{"assistant":{json_string(assistant)},"user":{json_string(user)}}}'
+        else:
+            fragment = canonical_json(rendered)
+        return cls(seq, turn, rendered, fragment)
 
 
 @dataclass(slots=True)

@@ -6,8 +6,10 @@ swaps it in only on success, so a malformed input never half-loads (SER-003).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
@@ -18,6 +20,7 @@ from .budget import Budget
 from .entries import Entry, MemoryState
 from .health import HealthMachine
 from .inputs import MAX_DEPTH, MAX_REVISION, check_json
+from .tokens import json_string
 from .types import (
     ConversationTurn,
     MemoryHealth,
@@ -30,6 +33,7 @@ __all__ = [
     "STATE_VERSION",
     "KeyMismatchError",
     "MemoryStateV2",
+    "config_json",
     "dump",
     "dump_json",
     "load",
@@ -218,27 +222,75 @@ def dump(state: MemoryState, config: ShortTermMemoryConfig) -> dict[str, Any]:
     return data
 
 
+#: One encoder made once: ``json.dumps(**options)`` builds a new one on every call.
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def dump_json(
     state: MemoryState,
     config: ShortTermMemoryConfig,
     text_of: Callable[[Entry], str] | None = None,
+    *,
+    config_text: str | None = None,
 ) -> str:
-    """``dump(state, config)`` as compact JSON text (non-ASCII kept).
+    """``dump(state, config)`` as compact JSON text (non-ASCII kept), in the same order.
 
-    ``text_of`` gives the text of one turn (default :func:`turn_json`): a caller that
-    writes the state often passes a cache, since turns do not change once added.
+    A caller that writes the state often passes caches: ``text_of`` gives the text of one
+    turn (default :func:`turn_json`; turns do not change once added) and ``config_text``
+    is :func:`config_json` of ``config``.
     """
     text = text_of or turn_json
-    head = json.dumps(_dump_head(state, config), ensure_ascii=False, separators=(",", ":"))
+    key = state.key
+    health = state.health
+    summary = state.summary_json if state.summary and state.summary_json else None
+    # Built by hand: every field but the key, the summary and the configuration is a
+    # number or a fixed identifier, and those three are encoded once and cached.
+    head = (
+        f'{{"version":{STATE_VERSION},"spec_version":"{SPEC_VERSION}",'
+        f'"key":{"null" if key is None else _key_json(key)},'
+        f'"storage_key":null,"strategy":"{config.strategy}",'
+        f'"health":"{health.state.value}","failures":{int(health.failures)},'
+        f'"summary":{summary or json_string(state.summary)},'
+        f'"summarized_through":{int(state.summarized_through)},'
+        f'"next_seq":{int(state.next_seq)},"dropped_turns":{int(state.dropped_turns)},'
+        f'"revision":{int(state.revision)},'
+        f'"config_snapshot":{config_text or config_json(config)}'
+    )
     lists = ",".join(
         f'"{name}":[{",".join(map(text, entries))}]' for name, entries in _turn_lists(state)
     )
-    return f"{head[:-1]},{lists}}}"
+    return f"{head},{lists}}}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_json(key: MemoryKey) -> str:
+    return _COMPACT.encode(key.as_dict())
+
+
+def config_json(config: ShortTermMemoryConfig) -> str:
+    """The compact JSON text of the ``config_snapshot`` field, as :func:`dump_json` writes it."""
+    return _COMPACT.encode(config_snapshot(config))
 
 
 def turn_json(entry: Entry) -> str:
     """The compact JSON text of one stored turn, as :func:`dump_json` writes it."""
-    return json.dumps(_dump_turn(entry), ensure_ascii=False, separators=(",", ":"))
+    turn = entry.turn
+    ts = turn.ts
+    if (
+        turn.trajectory_digest is None
+        and not turn.artifacts_shown
+        and not turn.artifacts_hidden_refs
+        and (type(ts) is int or (type(ts) is float and math.isfinite(ts)))
+    ):
+        # The common turn, two strings: written directly (``repr`` of a finite float or of
+        # an int is its JSON text, as ``json`` writes it).
+        return (
+            f'{{"seq":{int(entry.seq)},"user_message":{json_string(turn.user_message)},'
+            f'"assistant_response":{json_string(turn.assistant_response)},'
+            f'"trajectory_digest":null,"artifacts_shown":{{}},"artifacts_hidden_refs":[],'
+            f'"ts":{ts!r}}}'
+        )
+    return _COMPACT.encode(_dump_turn(entry))
 
 
 def _turn_lists(state: MemoryState) -> tuple[tuple[str, Iterable[Entry]], ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from typing import Any
 
 from .types import TokenEstimator, default_token_estimator
@@ -24,13 +25,19 @@ __all__ = [
 ]
 
 
+# One encoder made once: ``json.dumps(**options)`` builds a new one on every call.
+_CANONICAL = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
 def canonical_json(value: Any) -> str:
     """The canonical JSON of a view: what ``estimate_tokens()`` measures (BUD-008)."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return _CANONICAL.encode(value)
 
 
 def json_string(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
+    """``text`` as a JSON string literal, non-ASCII kept (as ``json.dumps`` with
+    ``ensure_ascii=False``)."""
+    return encode_basestring(text)
 
 
 @dataclass(frozen=True, slots=True)

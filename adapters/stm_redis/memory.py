@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import random
 import socket
@@ -60,6 +61,13 @@ DEFAULT_LEASE_TTL_S = 5.0
 SummarizerFn = Callable[[Mapping[str, Any]], Awaitable[Mapping[str, Any]]]
 _T = TypeVar("_T")
 
+_READ = scripts.Lua.of(scripts.READ)
+_COMMIT = scripts.Lua.of(scripts.COMMIT)
+_ACQUIRE = scripts.Lua.of(scripts.ACQUIRE)
+_RENEW = scripts.Lua.of(scripts.RENEW)
+_RELEASE = scripts.Lua.of(scripts.RELEASE)
+_CLEAR = scripts.Lua.of(scripts.CLEAR)
+
 _UNAVAILABLE = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError, TimeoutError)
 
 
@@ -83,6 +91,11 @@ def _fields(reply: Any) -> Any:
     if isinstance(reply, bytes | str):
         return _text(reply).split(" ")
     return reply
+
+
+def _json_float(value: float) -> str:
+    # ``repr`` of a finite float is its JSON text; ``json.dumps`` is for the rest.
+    return repr(value) if math.isfinite(value) else json.dumps(value)
 
 
 def _text(value: Any) -> str:
@@ -153,6 +166,7 @@ class RedisShortTermMemory:
         self._summarizer = summarizer
         self._keys = SessionKeys.for_key(namespace, key)
         self._budget = Budget.for_config(config)
+        self._config_text = schema.config_json(config)
         self._ttl_ms = str(round(ttl_s * 1000)) if ttl_s is not None else "0"
         self._lease_ms = str(max(1, round(lease_ttl_s * 1000)))
         self._lease_s = lease_ttl_s
@@ -161,12 +175,8 @@ class RedisShortTermMemory:
         self._max_attempts = max_attempts
         self._ids_kept = str(turn_ids_kept)
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-        self._read = client.register_script(scripts.READ)
-        self._commit_script = client.register_script(scripts.COMMIT)
-        self._acquire_script = client.register_script(scripts.ACQUIRE)
-        self._renew_script = client.register_script(scripts.RENEW)
-        self._release_script = client.register_script(scripts.RELEASE)
-        self._clear_script = client.register_script(scripts.CLEAR)
+        # Keys go as bytes: the client sends bytes as they are, without encoding them.
+        self._key_bytes = tuple(k.encode() for k in self._keys.all())
         self._sync_client = sync_client
         self._sync_commit = (
             None if sync_client is None else sync_client.register_script(scripts.COMMIT)
@@ -236,7 +246,7 @@ class RedisShortTermMemory:
             raise TypeError("turn_id must be a non-empty str")
         if self._config.strategy == "none":
             return
-        tid = turn_id if turn_id is not None else uuid.uuid4().hex
+        tid = turn_id if turn_id is not None else os.urandom(16).hex()  # as random as uuid4
         config, budget = self._config, self._budget
 
         def admit(state: MemoryState) -> None:
@@ -311,7 +321,7 @@ class RedisShortTermMemory:
         handoff, self._handoff = self._handoff, None
         if handoff is not None:
             with contextlib.suppress(RedisMemoryError):
-                await self._script(self._release_script, [handoff[1]])
+                await self._script(_RELEASE, [handoff[1]])
         if self._pending_doc is not None:
             try:
                 await self._apply_replace()
@@ -337,7 +347,7 @@ class RedisShortTermMemory:
     async def clear(self) -> None:
         """Forget this session in Redis (turns, summary, health, turn ids), in one round trip."""
         self._pending_doc = None
-        await self._script(self._clear_script, [self._ttl_ms])
+        await self._script(_CLEAR, [self._ttl_ms])
         self._snap = None
         await self._refresh()
         self._notify()
@@ -446,9 +456,9 @@ class RedisShortTermMemory:
         return shown[2]
 
     def _encode(self, state: MemoryState) -> str:
-        body = schema.dump_json(state, self._config, self._turn_text)
+        body = schema.dump_json(state, self._config, self._turn_text, config_text=self._config_text)
         stored = "true" if state.stored else "false"
-        not_before = json.dumps(state.health.not_before)
+        not_before = _json_float(state.health.not_before)
         texts = self._turn_texts
         if len(texts) > 2 * (len(state.recent) + len(state.pending) + len(state.backlog)) + 64:
             live = {id(e) for part in (state.recent, state.pending, state.backlog) for e in part}
@@ -500,21 +510,28 @@ class RedisShortTermMemory:
 
     async def _script(
         self,
-        script: Any,
+        lua: scripts.Lua,
         args: list[Any],
         *,
         turn_id: str | None = None,
-        keys: list[str] | None = None,
+        keys: tuple[bytes, ...] | None = None,
     ) -> Any:
-        """Run one script (EVALSHA, reloaded after ``SCRIPT FLUSH``) and map errors.
+        """Run one script and map errors; after ``SCRIPT FLUSH`` or a restart emptied the
+        server's script cache, ``EVAL`` sends it again (and caches it) in one more trip.
 
         A lost reply leaves a write's outcome unknown (``recorded=None``); a refused script
         wrote nothing (``recorded=False``).
         """
         self.round_trips += 1
+        keys = self._key_bytes if keys is None else keys
+        # ``execute_command`` directly: ``Script.__call__`` costs as much again per call.
+        execute: Callable[..., Awaitable[Any]] = self._client.execute_command
         try:
-            keys = self._keys.all() if keys is None else keys
-            return await script(keys=keys, args=args, client=self._client)
+            try:
+                return await execute(b"EVALSHA", lua.sha, len(keys), *keys, *args)
+            except redis_errors.NoScriptError:  # nothing ran: sending it whole is safe
+                self.round_trips += 1
+                return await execute(b"EVAL", lua.source, len(keys), *keys, *args)
         except _UNAVAILABLE as exc:
             raise RedisUnavailableError(
                 f"Redis unavailable: {type(exc).__name__}: {exc}",
@@ -531,11 +548,12 @@ class RedisShortTermMemory:
 
     async def _refresh(self) -> _Snapshot:
         """Read the state in one round trip (only the revision travels if unchanged)."""
-        await self._apply_replace()
+        if self._pending_doc is not None:
+            await self._apply_replace()
         while True:
             known = self._snap.rev if self._snap is not None else "-1"
             # READ only touches the state hash; one key is one argument less to send.
-            reply = _fields(await self._script(self._read, [known], keys=[self._keys.state]))
+            reply = _fields(await self._script(_READ, [known], keys=self._key_bytes[:1]))
             if _text(reply[0]) != "same":
                 self._adopt(self._snapshot(reply))
             if self._snap is not None:
@@ -605,7 +623,7 @@ class RedisShortTermMemory:
                 fence=fence,
                 lease=lease_if is not None and lease_if(state),
             )
-            reply = _fields(await self._script(self._commit_script, args, turn_id=turn_id))
+            reply = _fields(await self._script(_COMMIT, args, turn_id=turn_id))
             status = _text(reply[0])
             if status == "ok":
                 if optimistic and apply in self._outcomes:
@@ -737,7 +755,7 @@ class RedisShortTermMemory:
             while (doc := self._pending_doc) is not None:
                 assert self._snap is not None
                 state = self._snap.state
-                reply = await self._script(self._commit_script, self._replace_args(doc, state))
+                reply = await self._script(_COMMIT, self._replace_args(doc, state))
                 written = self._replaced(reply, doc, state)
                 if self._pending_doc is doc:
                     self._pending_doc = None
@@ -803,7 +821,7 @@ class RedisShortTermMemory:
                     await self._hold(leased, token)
                 finally:
                     with contextlib.suppress(RedisMemoryError):
-                        await self._script(self._release_script, [token])
+                        await self._script(_RELEASE, [token])
                 failures = 0
             except RedisMemoryError as exc:
                 failures += 1
@@ -822,9 +840,7 @@ class RedisShortTermMemory:
         if delay > self._lease_s / 3:
             await self._sleep(delay)  # long waits are spent without the lease
             return None, ""
-        reply = await self._script(
-            self._acquire_script, [self._owner, self._lease_ms, self._ttl_ms]
-        )
+        reply = await self._script(_ACQUIRE, [self._owner, self._lease_ms, self._ttl_ms])
         if _text(reply[0]) == "held":
             await self._sleep(min(max(1, int(_text(reply[1]))) / 1000, self._poll_s))
             return None, ""
@@ -969,7 +985,7 @@ class RedisShortTermMemory:
         while True:
             await asyncio.sleep(self._lease_s / 3)
             try:
-                held = await self._script(self._renew_script, [token, self._lease_ms])
+                held = await self._script(_RENEW, [token, self._lease_ms])
             except RedisMemoryError as exc:
                 logger.warning("could not renew the summarizer lease: %s", exc)
                 continue

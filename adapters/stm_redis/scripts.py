@@ -9,7 +9,23 @@ of space-separated fields: a client parses one string faster than an array.
 
 from __future__ import annotations
 
-__all__ = ["ACQUIRE", "CLEAR", "COMMIT", "READ", "RELEASE", "RENEW"]
+import hashlib
+from dataclasses import dataclass
+
+__all__ = ["ACQUIRE", "CLEAR", "COMMIT", "READ", "RELEASE", "RENEW", "Lua"]
+
+
+@dataclass(frozen=True, slots=True)
+class Lua:
+    """A script and its SHA-1, ready to send (bytes are sent as they are)."""
+
+    source: str
+    sha: bytes
+
+    @classmethod
+    def of(cls, source: str) -> Lua:
+        return cls(source, hashlib.sha1(source.encode()).hexdigest().encode())
+
 
 _STATE = """
 local function state(status)

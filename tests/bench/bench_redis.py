@@ -7,22 +7,26 @@ Starts a ``redis-server`` of its own on a free loopback port (``--url`` uses ano
   ``truncation`` memory and for ``add_turn`` on a ``rolling_summary`` memory whose
   summarizer answers at once (its lease and outcome writes included).
 * Throughput: 1, 16 and 64 sessions, one task each, alternating ``add_turn`` and
-  ``get_llm_context`` for ``--seconds``; the baseline does one ``EVALSHA`` of a trivial
-  script (for ``add_turn``) and one ``GET`` (for ``get_llm_context``) per operation on the
-  same connection pool. The ratio is backend ops/s over baseline ops/s.
+  ``get_llm_context``, in ``--rounds`` rounds of ``--seconds`` per contender, interleaved
+  (a noisy neighbour then slows every contender alike); the baseline does one
+  ``EVALSHA`` of a trivial script (for ``add_turn``) and one ``GET`` (for
+  ``get_llm_context``) per operation on the same connection pool. The ratio is backend
+  ops/s over baseline ops/s in the same round; the median over the rounds is reported
+  with its range.
 * Side by side, when ``openai-agents`` is installed: its ``RedisSession`` on the same pool
   storing the same turns (``add_items`` of a user and an assistant item) and reading the
   last five of them (``get_items(limit=10)``).
 
 Usage::
 
-    python tests/bench/bench_redis.py [--seconds 3] [--sessions 1,16,64] [--url URL]
+    python tests/bench/bench_redis.py [--seconds 1] [--rounds 5] [--sessions 1,16,64] [--url URL]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import time
 import uuid
 from typing import Any
@@ -114,7 +118,7 @@ async def run_for(seconds: float, tasks: list[Any]) -> int:
     return done
 
 
-async def throughput(client: Redis, sessions: int, seconds: float) -> tuple[float, float]:
+def backend_ops(client: Redis, sessions: int) -> tuple[list[Any], list[RedisShortTermMemory]]:
     memories = [memory(client, truncation(), f"s{n}") for n in range(sessions)]
 
     def backend_op(m: RedisShortTermMemory) -> Any:
@@ -126,6 +130,10 @@ async def throughput(client: Redis, sessions: int, seconds: float) -> tuple[floa
 
         return op
 
+    return [backend_op(m) for m in memories], memories
+
+
+def baseline_ops(client: Redis, sessions: int) -> list[Any]:
     script = client.register_script("return redis.call('SET', KEYS[1], ARGV[1])")
     prefix = uuid.uuid4().hex[:6]
 
@@ -140,14 +148,10 @@ async def throughput(client: Redis, sessions: int, seconds: float) -> tuple[floa
 
         return op
 
-    ours = await run_for(seconds, [backend_op(m) for m in memories]) / seconds
-    raw = await run_for(seconds, [baseline_op(n) for n in range(sessions)]) / seconds
-    for m in memories:
-        await m.aclose()
-    return ours, raw
+    return [baseline_op(n) for n in range(sessions)]
 
 
-async def agents_throughput(client: Redis, sessions: int, seconds: float) -> float | None:
+def agents_ops(client: Redis, sessions: int) -> list[Any] | None:
     """The OpenAI Agents SDK's ``RedisSession`` storing the same turns (a user and an
     assistant item per turn) and reading the last 5 turns (10 items), as the backend's
     ``full_zone_turns=5`` view does. ``None`` when ``openai-agents`` is not installed."""
@@ -175,12 +179,39 @@ async def agents_throughput(client: Redis, sessions: int, seconds: float) -> flo
 
         return op
 
-    return await run_for(seconds, [agents_op(s) for s in stores]) / seconds
+    return [agents_op(s) for s in stores]
+
+
+async def throughput(
+    client: Redis, sessions: int, seconds: float, rounds: int
+) -> dict[str, list[float]]:
+    """Ops/s of each contender, measured in ``rounds`` interleaved rounds (the order
+    rotates), so that a noisy neighbour slows every contender alike."""
+    ours, memories = backend_ops(client, sessions)
+    contenders = {"backend": ours, "raw": baseline_ops(client, sessions)}
+    agents = agents_ops(client, sessions)
+    if agents is not None:
+        contenders["agents"] = agents
+    names = list(contenders)
+    for name in names:  # warm up: scripts loaded, connections open, first state written
+        await run_for(0.2, contenders[name])
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            rates[name].append(await run_for(seconds, contenders[name]) / seconds)
+    for m in memories:
+        await m.aclose()
+    return rates
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.0%} ({min(values):.0%}-{max(values):.0%})"
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--sessions", default="1,16,64")
     parser.add_argument("--url")
     args = parser.parse_args()
@@ -189,20 +220,34 @@ async def main() -> None:
     client = Redis.from_url(url, max_connections=128)
     try:
         await round_trips(client)
-        print(f"\nthroughput, ops/s ({args.seconds:g} s each; ops alternate add_turn and read)")
         print(
-            f"  {'sessions':>8} {'backend':>9} {'raw redis-py':>13} {'ratio':>6}"
-            f" {'RedisSession':>13} {'backend/it':>11}"
+            f"\nthroughput: {args.rounds} interleaved rounds of {args.seconds:g} s per"
+            " contender; ops alternate add_turn and read; ratios: median (min-max) of the"
+            " per-round ratios"
+        )
+        print(
+            f"  {'sessions':>8} {'backend ops/s':>13} {'raw ops/s':>10} {'backend/raw':>16}"
+            f" {'RedisSession':>13} {'backend/RedisSession':>21}"
         )
         for sessions in (int(s) for s in args.sessions.split(",")):
-            ours, raw = await throughput(client, sessions, args.seconds)
-            agents = await agents_throughput(client, sessions, args.seconds)
-            versus = (
-                f" {'(not installed)':>13}"
-                if agents is None
-                else f" {agents:>13.0f} {ours / agents:>10.1f}x"
+            rates = await throughput(client, sessions, args.seconds, args.rounds)
+            ours, raw = rates["backend"], rates["raw"]
+            to_raw = [a / b for a, b in zip(ours, raw, strict=True)]
+            line = (
+                f"  {sessions:>8} {statistics.median(ours):>13.0f}"
+                f" {statistics.median(raw):>10.0f} {spread(to_raw):>16}"
             )
-            print(f"  {sessions:>8} {ours:>9.0f} {raw:>13.0f} {ours / raw:>6.0%}{versus}")
+            if "agents" in rates:
+                agents = rates["agents"]
+                to_agents = [a / b for a, b in zip(ours, agents, strict=True)]
+                line += (
+                    f" {statistics.median(agents):>13.0f}"
+                    f" {statistics.median(to_agents):>10.1f}x"
+                    f" ({min(to_agents):.1f}-{max(to_agents):.1f})"
+                )
+            else:
+                line += f" {'(not installed)':>13}"
+            print(line)
     finally:
         await client.aclose()
         if server is not None:

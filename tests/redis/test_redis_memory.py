@@ -20,6 +20,7 @@ from stm_redis import (
     SessionKeys,
     encode_memory_key,
 )
+from stm_redis import memory as stm_memory
 from stm_redis.keys import check_namespace
 
 from reference_impl import MemoryKey
@@ -66,7 +67,14 @@ async def test_instances_on_one_key_share_one_memory(fake_memories: MemoryFactor
 
 async def test_add_turn_and_reading_are_one_round_trip_each(fake_memories: MemoryFactory) -> None:
     memory = fake_memories(config(full_zone_turns=2), summarizer=ScriptedSummarizer())
+    # The first use of each script on a server sends it whole: one trip more.
+    before = memory.round_trips
     await memory.get_llm_context()
+    assert memory.round_trips - before == 2
+    before = memory.round_trips
+    await memory.add_turn(turn(0))
+    assert memory.round_trips - before == 2
+    # From then on the server has the scripts.
     before = memory.round_trips
     await memory.add_turn(turn(1))
     assert memory.round_trips - before == 1
@@ -88,19 +96,23 @@ async def test_a_retried_turn_is_recorded_once(fake_memories: MemoryFactory) -> 
 async def test_a_lost_reply_is_reported_and_safe_to_retry(fake_memories: MemoryFactory) -> None:
     memory = fake_memories(config("truncation"))
     await memory.add_turn(turn(0))
-    real = memory._commit_script
+    client = memory._client
+    real = client.execute_command
+    commit_sha = stm_memory._COMMIT.sha
 
     async def lose_reply(*args: Any, **kwargs: Any) -> Any:
-        await real(*args, **kwargs)  # the write lands, the reply is lost
-        raise redis_errors.TimeoutError("Timeout reading from socket")
+        reply = await real(*args, **kwargs)
+        if args[:2] == (b"EVALSHA", commit_sha):  # the write lands, the reply is lost
+            raise redis_errors.TimeoutError("Timeout reading from socket")
+        return reply
 
-    memory._commit_script = lose_reply
+    client.execute_command = lose_reply  # type: ignore[method-assign]
     with pytest.raises(RedisUnavailableError) as caught:
         await memory.add_turn(turn(1))
     error = caught.value
     assert error.recorded is None and error.turn_id and error.key == memory.redis_key
     assert memory.redis_key in str(error)
-    memory._commit_script = real
+    client.execute_command = real  # type: ignore[method-assign]
     await memory.add_turn(turn(1), turn_id=error.turn_id)
     view = await memory.get_llm_context()
     assert users(view["conversation_memory"]["recent_turns"]) == ["u0", "u1"]

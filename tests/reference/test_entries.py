@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from reference_impl import ConversationTurn, MemoryKey, TrajectoryDigest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reference_impl import ConversationTurn, MemoryKey, TrajectoryDigest, canonical_json, schema
 from reference_impl.entries import Entry, MemoryState, render_view
 from reference_impl.health import HealthMachine
 from reference_impl.types import MemoryHealth
@@ -91,3 +94,31 @@ def test_the_view_of_each_strategy() -> None:
     state.health.on_failure(0.0)  # past retry_attempts: DEGRADED shows recent turns only
     assert state.health.degraded
     assert set(render_view("rolling_summary", state)["conversation_memory"]) == {"recent_turns"}
+
+
+_TEXT = st.text(st.characters(codec="utf-8"), max_size=40)
+_TS = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-(2**70), 2**70))
+
+
+@given(user=_TEXT, assistant=_TEXT, ts=_TS, seq=st.integers(1, 2**62))
+def test_plain_turn_texts_equal_the_generic_encoding(
+    user: str, assistant: str, ts: float, seq: int
+) -> None:
+    """A turn of two strings is written by hand (the hot path): the texts must be exactly
+    what the generic encoders give, for any text (quotes, controls, astral characters)."""
+    entry = Entry.make(seq, ConversationTurn(user, assistant, ts=ts), include_digest=True)
+    assert entry.fragment == canonical_json(entry.rendered)
+    generic = json.dumps(schema._dump_turn(entry), ensure_ascii=False, separators=(",", ":"))
+    assert schema.turn_json(entry) == generic
+
+
+def test_turns_with_artifacts_or_a_digest_encode_as_the_generic_path() -> None:
+    for turn in (
+        ConversationTurn("q", "a", artifacts_shown={"k": [1, "é"]}),
+        ConversationTurn("q", "a", artifacts_hidden_refs=["r"]),
+        ConversationTurn("q", "a", trajectory_digest=TrajectoryDigest(["t"], "o")),
+    ):
+        entry = Entry.make(1, turn, include_digest=True)
+        assert entry.fragment == canonical_json(entry.rendered)
+        generic = json.dumps(schema._dump_turn(entry), ensure_ascii=False, separators=(",", ":"))
+        assert schema.turn_json(entry) == generic

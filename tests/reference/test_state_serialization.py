@@ -33,6 +33,7 @@ from reference_impl import (
     TrajectoryDigest,
     canonical_json,
     default_token_estimator,
+    schema,
 )
 from reference_impl.store import StaleStateError
 
@@ -227,6 +228,22 @@ async def test_to_dict_is_json_and_validates_against_the_schema(kind: str) -> No
     MemoryStateV2.model_validate(state)
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     jsonschema.validate(state, schema)
+    await memory.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.requirement("SER-001")
+@pytest.mark.parametrize("kind", STATE_KINDS)
+async def test_dump_json_is_the_compact_text_of_dump(kind: str) -> None:
+    """The hand-built text the stores write is exactly ``dump()`` encoded, field order kept."""
+    config, memory = await build(kind)
+    state = memory._state
+    expected = json.dumps(schema.dump(state, config), ensure_ascii=False, separators=(",", ":"))
+    assert schema.dump_json(state, config) == expected
+    cached = schema.dump_json(
+        state, config, schema.turn_json, config_text=schema.config_json(config)
+    )
+    assert cached == expected
     await memory.aclose()
 
 
