@@ -82,7 +82,6 @@ class _Snapshot:
     rev: str
     fence: int
     epoch: int
-    doc: str
     state: MemoryState
 
 
@@ -496,7 +495,6 @@ class RedisShortTermMemory:
             rev=_text(reply[1]),
             fence=int(_text(reply[2])),
             epoch=int(_text(reply[3])),
-            doc=doc,
             state=self._decode(doc),
         )
 
@@ -634,7 +632,6 @@ class RedisShortTermMemory:
                     rev=_text(reply[1]),
                     fence=int(_text(reply[2])),
                     epoch=int(_text(reply[3])),
-                    doc=doc,
                     state=state,
                 )
                 self._adopt(committed)
@@ -684,13 +681,13 @@ class RedisShortTermMemory:
                     f"Redis refused the operation: {type(exc).__name__}: {exc}",
                     key=self._keys.state,
                 ) from exc
-            self._snap = self._replaced(reply, doc, state)
+            self._snap = self._replaced(reply, state)
             self._notify()
             if self._config.strategy == "rolling_summary":
                 self._wake()
             return
         self._pending_doc = doc
-        self._snap = _Snapshot(rev="-1", fence=0, epoch=-1, doc=doc, state=state)
+        self._snap = _Snapshot(rev="-1", fence=0, epoch=-1, state=state)
         self._notify()
         try:
             loop = asyncio.get_running_loop()
@@ -728,13 +725,12 @@ class RedisShortTermMemory:
         )
         return [doc, turn_id or "", " ".join(params)]
 
-    def _replaced(self, reply: Any, doc: str, state: MemoryState) -> _Snapshot:
+    def _replaced(self, reply: Any, state: MemoryState) -> _Snapshot:
         reply = _fields(reply)
         written = _Snapshot(
             rev=_text(reply[1]),
             fence=int(_text(reply[2])),
             epoch=int(_text(reply[3])),
-            doc=doc,
             state=state,
         )
         if _text(reply[4]) == "1":
@@ -756,7 +752,7 @@ class RedisShortTermMemory:
                 assert self._snap is not None
                 state = self._snap.state
                 reply = await self._script(_COMMIT, self._replace_args(doc, state))
-                written = self._replaced(reply, doc, state)
+                written = self._replaced(reply, state)
                 if self._pending_doc is doc:
                     self._pending_doc = None
                     self._snap = written
