@@ -168,6 +168,9 @@ class SessionPlugin:
             f"stm capabilities declared: {declared}",
             f"stm hypothesis profile: {run.hypothesis_profile}, seed: {seed}",
         ]
+        patience = self.config.getoption("stm_patience", None)
+        if patience not in (None, 1.0):
+            lines.append(f"stm patience: {patience:g} (waits for the backend scaled)")
         if not suite_selected(self.config):
             lines.append("stm suite: not collected here (add --stm-suite to run it)")
         return lines

@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ._patience import patient
 from .contract import (
     ConversationTurn,
     MemoryBudget,
@@ -27,6 +28,8 @@ __all__ = [
     "config",
     "eventually",
     "memory_view",
+    "patient",
+    "returns_within",
     "turn",
     "turn_json",
     "users",
@@ -121,7 +124,9 @@ async def eventually(
     timeout: float = 5.0,  # noqa: ASYNC109 - a polling deadline with its own message
     what: str,
 ) -> None:
-    """Poll ``predicate`` until true; fail with ``what`` after ``timeout`` seconds."""
+    """Poll ``predicate`` until true; fail with ``what`` after ``timeout`` seconds (scaled
+    by ``--stm-patience``)."""
+    timeout = patient(timeout)
     deadline = time.monotonic() + timeout
     while True:
         result = predicate()
@@ -131,5 +136,23 @@ async def eventually(
             return
         if time.monotonic() > deadline:
             # ``what`` leads, so a message naming a requirement ID is attributed to it.
-            raise AssertionError(f"{what} (still not true after {timeout}s)")
+            raise AssertionError(f"{what} (still not true after {timeout:g}s)")
         await asyncio.sleep(0.002)
+
+
+async def returns_within(
+    awaitable: Awaitable[Any],
+    *,
+    timeout: float = 4.0,  # noqa: ASYNC109 - a bounded wait with its own message
+    what: str,
+) -> Any:
+    """Await ``awaitable``; fail with ``what`` if it takes over ``timeout`` seconds (scaled
+    by ``--stm-patience``). For waits the checked memory cannot diagnose itself (a check's
+    own summarizer), so that they fail on their requirement, not at the check's deadline."""
+    timeout = patient(timeout)
+    task = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        task.cancel()
+        raise AssertionError(f"{what} (did not return within {timeout:g}s)")
+    return task.result()

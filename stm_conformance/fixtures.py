@@ -30,6 +30,7 @@ from ._deadline import (
     run_guarded,
     settle_tasks,
 )
+from ._patience import patient
 from ._session import active_backend
 from .checks import memory_view
 from .contract import MemoryKey, ShortTermMemoryConfig, Summarizer
@@ -95,7 +96,8 @@ def fresh_key() -> MemoryKey:
 
 
 #: How long ``add_turn`` may take, under ``rolling_summary`` or while the memory's own
-#: callbacks run, before the check blames WM-001 or CB-004 rather than its own requirement.
+#: callbacks run, before the check blames WM-001 or CB-004 rather than its own requirement
+#: (times ``--stm-patience``, as every wait below).
 ADD_TURN_LIMIT_S = 1.0
 #: How long ``flush`` may take while no summarizer call is held before the check blames
 #: WM-008 (a call hangs) or WM-007 (it waits for turns no call will cover).
@@ -149,7 +151,8 @@ class CheckedMemory:
         if not done:
             blocked_on = self._blocked_on(task)
             if blocked_on is None:
-                done, _ = await asyncio.wait({task}, timeout=ADD_TURN_LIMIT_S - DEADLOCK_S)
+                rest = max(patient(ADD_TURN_LIMIT_S) - DEADLOCK_S, 0.0)
+                done, _ = await asyncio.wait({task}, timeout=rest)
                 blocked_on = None if done else self._blocked_on(task, waited=True)
             if blocked_on is not None:
                 stack = coroutine_stack(task)  # where it waits, before cancelling it
@@ -168,16 +171,25 @@ class CheckedMemory:
             return f"{rule}: add_turn did not return ({AWAITED_FOREVER}): {stuck.why}"
         if waited and self._stm_config.strategy == "rolling_summary":
             return (
-                f"WM-001: add_turn did not return within {ADD_TURN_LIMIT_S:g}s under "
+                f"WM-001: add_turn did not return within "
+                f"{max(patient(ADD_TURN_LIMIT_S), DEADLOCK_S):g}s under "
                 "rolling_summary: it waits for summarization (a retry backoff, a worker)"
             )
         return None
 
     def _stuck_flush(self, summarizer: ScriptedSummarizer, calling: bool) -> str:
         """Why ``flush`` did not return within ``FLUSH_LIMIT_S``, no call being held."""
-        waited = f"flush() did not return within {FLUSH_LIMIT_S:g}s"
-        if summarizer.hanging:
-            return f"WM-008: {waited} while a summarizer call hangs: it must time out"
+        waited = f"flush() did not return within {patient(FLUSH_LIMIT_S):g}s"
+        # A call hanging right now is no fault while it is younger than the timeout (and
+        # the loop's lag): a memory retrying hung calls forever has one in flight at times.
+        timeout = self._stm_config.summarizer_timeout_s
+        overdue = 0.0 if timeout is None else timeout + max(DEADLOCK_S, patient(DEADLOCK_S))
+        if summarizer.hanging and summarizer.longest_hang_s > overdue:
+            return (
+                f"WM-008: {waited} while a summarizer call hangs "
+                f"({summarizer.longest_hang_s:.1f}s; summarizer_timeout_s={timeout}): "
+                "it must time out"
+            )
         if str(self._stm_memory.health.value) == "retry":
             if calling:  # failing calls keep coming: retries never run out
                 return f"HLT-004: {waited}: the memory keeps retrying and never degrades"
@@ -191,7 +203,7 @@ class CheckedMemory:
         while not task.done():
             summarizer = self._stm_summarizer
             calls = len(summarizer.calls) if summarizer is not None else 0
-            await asyncio.wait({task}, timeout=FLUSH_LIMIT_S)
+            await asyncio.wait({task}, timeout=patient(FLUSH_LIMIT_S))
             if task.done() or summarizer is None or summarizer.waiting:
                 continue  # a held or unknown summarizer: the check's own limits apply
             task.cancel()

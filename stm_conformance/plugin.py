@@ -96,6 +96,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "also ini stm_timeout)",
     )
     group.addoption(
+        "--stm-patience",
+        dest="stm_patience",
+        type=_patience_arg,
+        default=None,
+        metavar="FACTOR",
+        help="scale how long checks wait for the backend to reach a required state "
+        "(default 1; below 1: quicker verdicts on a fast backend, above 1: a slow one; "
+        "also ini stm_patience)",
+    )
+    group.addoption(
         "--stm-require-level",
         dest="stm_require_level",
         metavar="LEVEL",
@@ -117,6 +127,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(
         "stm_require_level",
         help="level the backend must reach, else the run fails (below --stm-require-level)",
+    )
+    parser.addini(
+        "stm_patience",
+        help="factor of how long checks wait for the backend (below --stm-patience; default 1)",
     )
     parser.addini(
         "stm_timeout",
@@ -195,8 +209,8 @@ def _find_in_suite(args: Iterable[str], here: Path) -> list[str]:
 
 
 def apply_ini_options(config: pytest.Config) -> None:
-    """Fill ``--stm-report``, ``--stm-xfail``, ``--stm-require-level`` and ``--stm-timeout``
-    from the ini file.
+    """Fill ``--stm-report``, ``--stm-xfail``, ``--stm-require-level``, ``--stm-timeout`` and
+    ``--stm-patience`` from the ini file.
 
     The command line wins; paths in the ini file are relative to the rootdir.
     """
@@ -224,6 +238,20 @@ def apply_ini_options(config: pytest.Config) -> None:
             except ValueError as exc:
                 raise pytest.UsageError(f"stm_conformance: ini option stm_timeout: {exc}") from None
         config.option.stm_timeout = timeout
+    if getattr(config.option, "stm_patience", None) is None:
+        value = _ini(config, "stm_patience")
+        patience = 1.0
+        if value:
+            try:
+                patience = _parse_patience(value)
+            except ValueError as exc:
+                raise pytest.UsageError(
+                    f"stm_conformance: ini option stm_patience: {exc}"
+                ) from None
+        config.option.stm_patience = patience
+    from ._patience import set_factor
+
+    set_factor(config.option.stm_patience)
 
 
 def _ini(config: pytest.Config, name: str) -> str:
@@ -242,6 +270,23 @@ def _parse_timeout(text: str) -> float:
     if math.isnan(seconds) or seconds < 0:
         raise ValueError(f"must be a number of seconds >= 0 (0: no limit), got {text!r}")
     return seconds
+
+
+def _parse_patience(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"must be a number > 0, got {text!r}")
+    return value
+
+
+def _patience_arg(text: str) -> float:
+    try:
+        return _parse_patience(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _timeout_arg(text: str) -> float:

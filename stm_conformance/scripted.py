@@ -14,6 +14,8 @@ from typing import Any, Literal, get_args
 
 import anyio
 
+from ._patience import patient
+
 __all__ = ["FailureMode", "RecordingCallbacks", "ScriptedSummarizer"]
 
 #: How a scripted call fails: ``raise`` (``RuntimeError``), ``not_mapping`` (returns a list),
@@ -83,6 +85,8 @@ class ScriptedSummarizer:
         self.waiting = 0
         #: Calls currently hanging in ``hang`` mode.
         self.hanging = 0
+        #: ``time.monotonic()`` at the start of each call hanging now.
+        self._hang_starts: list[float] = []
         self._queued: deque[FailureMode] = deque()
         self._always: FailureMode | None = None
         self._called = _Waiters()
@@ -125,14 +129,16 @@ class ScriptedSummarizer:
         """Wait until at least ``n`` calls have started.
 
         Raises:
-            TimeoutError: fewer than ``n`` calls started within ``timeout`` seconds.
+            TimeoutError: fewer than ``n`` calls started within ``timeout`` seconds (scaled
+                by ``--stm-patience``).
         """
+        timeout = patient(timeout)
         with anyio.move_on_after(timeout):
             while len(self.calls) < n:
                 await self._called.wait()
         if len(self.calls) < n:
             raise TimeoutError(
-                f"summarizer was called {len(self.calls)} time(s) within {timeout}s; "
+                f"summarizer was called {len(self.calls)} time(s) within {timeout:g}s; "
                 f"the check waited for {n}"
             )
 
@@ -175,6 +181,12 @@ class ScriptedSummarizer:
         lines += [f"user:{_user(turn)}" for turn in turns]
         return "\n".join(lines)[-self.max_chars :]
 
+    @property
+    def longest_hang_s(self) -> float:
+        """How long the oldest call hanging now has hung (0 when none hangs)."""
+        starts = self._hang_starts
+        return time.monotonic() - min(starts) if starts else 0.0
+
     async def _fail(self, mode: FailureMode) -> Any:
         if mode == "raise":
             raise RuntimeError("scripted summarizer failure")
@@ -187,10 +199,13 @@ class ScriptedSummarizer:
         if mode == "oversize":
             return {"summary": "x" * self.oversize_chars}
         self.hanging += 1
+        started = time.monotonic()
+        self._hang_starts.append(started)
         try:
             await anyio.sleep_forever()
         finally:
             self.hanging -= 1
+            self._hang_starts.remove(started)
         raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -247,17 +262,19 @@ class RecordingCallbacks:
         """Wait until ``len(getattr(self, attr)) >= n``.
 
         Raises:
-            TimeoutError: fewer than ``n`` were recorded within ``timeout`` seconds.
+            TimeoutError: fewer than ``n`` were recorded within ``timeout`` seconds (scaled
+                by ``--stm-patience``).
         """
         if attr not in ("turns", "summaries", "health"):
             raise ValueError(f"unknown attribute {attr!r}")
+        timeout = patient(timeout)
         with anyio.move_on_after(timeout):
             while len(getattr(self, attr)) < n:
                 await self._changed.wait()
         got = len(getattr(self, attr))
         if got < n:
             raise TimeoutError(
-                f"callbacks recorded {got} {attr} within {timeout}s; the check waited for {n}"
+                f"callbacks recorded {got} {attr} within {timeout:g}s; the check waited for {n}"
             )
 
     async def settle(self, quiet_s: float = 0.05, timeout: float = 5.0) -> None:  # noqa: ASYNC109
@@ -266,7 +283,7 @@ class RecordingCallbacks:
         Use before asserting that something was *not* (or only once) reported: callbacks
         are fire-and-forget, so a late duplicate would otherwise go unnoticed.
         """
-        with anyio.move_on_after(timeout):
+        with anyio.move_on_after(patient(timeout)):
             while True:
                 before = self._count()
                 await anyio.sleep(quiet_s)

@@ -39,6 +39,7 @@ from hypothesis.stateful import (
 )
 
 from ._deadline import BLOCKED, CheckTimeout, close_runner, kit_probe, run_bounded, run_guarded
+from ._patience import patient
 from .checks import config
 from .contract import (
     ConversationTurn,
@@ -183,7 +184,8 @@ class MemoryDifferential(RuleBasedStateMachine):
 
     def _bounded(self, coro: Coroutine[Any, Any, Any], what: str) -> Any:
         """Run one backend operation; raise :class:`_StepTimeout` (with the operation's
-        stack) if it does not finish within :data:`STEP_TIMEOUT_S`."""
+        stack) if it does not finish within :data:`STEP_TIMEOUT_S` (times
+        ``--stm-patience``)."""
 
         async def go() -> Any:
             # A guard of its own: it decides, sooner than the time limit when it can, that
@@ -191,7 +193,7 @@ class MemoryDifferential(RuleBasedStateMachine):
             # blocked loop is no timeout of the step: the check's guard reports it.
             try:
                 return await run_guarded(
-                    coro, seconds=STEP_TIMEOUT_S, what="the operation", probe=kit_probe
+                    coro, seconds=patient(STEP_TIMEOUT_S), what="the operation", probe=kit_probe
                 )
             except CheckTimeout as exc:
                 if BLOCKED in str(exc):

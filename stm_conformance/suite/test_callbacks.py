@@ -6,7 +6,7 @@ import anyio
 import pytest
 
 from stm_conformance import RecordingCallbacks
-from stm_conformance.checks import config, eventually, memory_view, turn
+from stm_conformance.checks import config, eventually, memory_view, patient, turn
 
 pytestmark = [pytest.mark.stm_capability("callbacks")]
 req = pytest.mark.stm_requirement
@@ -77,7 +77,7 @@ async def test_slow_or_raising_callbacks_never_harm_memory(make_memory):
     slow = RecordingCallbacks(delay_s=30.0)
     cfg = config("truncation", full_zone_turns=2, **slow.config_kwargs())
     memory = await make_memory(cfg)
-    with anyio.fail_after(1):
+    with anyio.fail_after(patient(1)):
         for i in range(3):
             await memory.add_turn(turn(i))
     raising = RecordingCallbacks(raise_errors=True)

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from stm_conformance import RecordingCallbacks
-from stm_conformance.checks import config, memory_view, turn, users
+from stm_conformance.checks import config, memory_view, patient, turn, users
 from stm_conformance.contract import MemoryKey
 from stm_conformance.fixtures import CheckedMemory
 
@@ -87,7 +87,7 @@ async def test_aclose_cancels_background_work(stm_provider, scripted_summarizer)
     await scripted_summarizer.wait_for_calls(1)
     if callbacks:
         await slow.wait_for("turns", 1)
-    with anyio.fail_after(2):
+    with anyio.fail_after(patient(2)):
         await memory.aclose()
     await asyncio.sleep(0)
     left = {t for t in asyncio.all_tasks() - before if not t.done()}

@@ -7,7 +7,7 @@ import time
 import anyio
 import pytest
 
-from stm_conformance.checks import config, eventually, memory_view, turn, users
+from stm_conformance.checks import config, eventually, memory_view, patient, turn, users
 
 pytestmark = [pytest.mark.stm_capability("rolling_summary")]
 req = pytest.mark.stm_requirement
@@ -166,7 +166,7 @@ async def test_failures_never_reach_callers(make_memory, scripted_summarizer):
         config(full_zone_turns=1, retry_attempts=1), summarizer=scripted_summarizer
     )
     scripted_summarizer.fail_always("raise")
-    with anyio.fail_after(5):
+    with anyio.fail_after(patient(5)):
         for i in range(6):
             await memory.add_turn(turn(i))
             await memory.get_llm_context()

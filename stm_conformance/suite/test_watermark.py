@@ -8,7 +8,15 @@ from typing import Any
 import anyio
 import pytest
 
-from stm_conformance.checks import config, eventually, memory_view, turn, users
+from stm_conformance.checks import (
+    config,
+    eventually,
+    memory_view,
+    patient,
+    returns_within,
+    turn,
+    users,
+)
 
 pytestmark = [pytest.mark.stm_capability("rolling_summary")]
 req = pytest.mark.stm_requirement
@@ -49,7 +57,7 @@ class GatedSummarizer:
 async def test_add_turn_does_not_wait_for_the_summarizer(make_memory, scripted_summarizer):
     memory = await make_memory(config(full_zone_turns=1), summarizer=scripted_summarizer)
     scripted_summarizer.hold()
-    with anyio.fail_after(1):
+    with anyio.fail_after(patient(1)):
         for i in range(6):
             await memory.add_turn(turn(i))
     await scripted_summarizer.wait_for_calls(1)
@@ -135,7 +143,9 @@ async def test_at_most_one_call_in_flight(make_memory):
     for i in range(10):
         await memory.add_turn(turn(i))
         await asyncio.sleep(0.002)
-    await memory.flush()
+    await returns_within(
+        memory.flush(), what="WM-007: flush() with every summarizer call succeeding"
+    )
     assert peak == 1, f"{peak} summarizer calls overlapped"
 
 
@@ -185,7 +195,7 @@ async def test_flush_waits_for_everything_pending_at_call_time(make_memory, scri
     await asyncio.sleep(0.02)
     assert not flushing.done(), "flush returned while its turns were still pending"
     scripted_summarizer.release()
-    with anyio.fail_after(5):
+    with anyio.fail_after(patient(5)):
         await flushing
     view = await memory_view(memory)
     assert "pending_turns" not in view, f"pending after flush: {view}"
@@ -203,7 +213,7 @@ async def test_flush_returns_when_degraded(make_memory, scripted_summarizer):
     scripted_summarizer.fail_always("raise")
     for i in range(3):
         await memory.add_turn(turn(i))
-    with anyio.fail_after(5):
+    with anyio.fail_after(patient(5)):
         await memory.flush()
     assert memory.health.value == "degraded"
 
@@ -213,7 +223,7 @@ async def test_flush_returns_when_degraded(make_memory, scripted_summarizer):
 async def test_flush_returns_at_once_for_other_strategies(make_memory):
     memory = await make_memory(config("truncation", full_zone_turns=1))
     await memory.add_turn(turn(1))
-    with anyio.fail_after(1):
+    with anyio.fail_after(patient(1)):
         await memory.flush()
 
 
@@ -224,6 +234,6 @@ async def test_flush_does_not_hang_on_a_hung_summarizer(make_memory, scripted_su
     scripted_summarizer.fail_always("hang")
     await memory.add_turn(turn(0))
     await memory.add_turn(turn(1))
-    with anyio.fail_after(5):
+    with anyio.fail_after(patient(5)):
         await memory.flush()
     assert memory.health.value == "degraded", "a hung call must count as a failure"

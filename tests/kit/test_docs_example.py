@@ -87,6 +87,7 @@ def test_guide_documents_every_option(run_pytest: RunPytest) -> None:
         "stm_xfail",
         "stm_require_level",
         "stm_timeout",
+        "stm_patience",
     }
     text = guide()
     missing = sorted(name for name in options | ini_names if f"`{name}" not in text)

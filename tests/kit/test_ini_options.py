@@ -1,4 +1,5 @@
-"""``stm_report``, ``stm_xfail`` and ``stm_timeout`` in the ini file; the command line wins."""
+"""``stm_report``, ``stm_xfail``, ``stm_timeout`` and ``stm_patience`` in the ini file; the
+command line wins."""
 
 from __future__ import annotations
 
@@ -120,3 +121,62 @@ def test_zero_timeout_in_the_ini_file_is_accepted(
     pytester.makeini("[pytest]\nstm_timeout = 0\n")
     result = run_pytest(BACKEND, "test_fake.py", "-k", "not hangs")
     result.assert_outcomes(passed=1, failed=1)
+
+
+PATIENT_CHECK = """
+from stm_conformance.checks import eventually
+
+
+@req("HLT-004")
+async def test_never_true():
+    await eventually(lambda: False, timeout=2.0, what="HLT-004: never")
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "ini", "scaled"),
+    [([], None, "2"), (["--stm-patience=0.1"], None, "0.2"), ([], "0.05", "0.1")],
+    ids=["default", "cli", "ini"],
+)
+def test_patience_scales_how_long_a_check_waits(
+    fake_suite: FakeSuite,
+    run_pytest: RunPytest,
+    pytester: pytest.Pytester,
+    args: list[str],
+    ini: str | None,
+    scaled: str,
+) -> None:
+    fake_suite(PATIENT_CHECK)
+    if ini is not None:
+        pytester.makeini(f"[pytest]\nstm_patience = {ini}\n")
+    result = run_pytest(BACKEND, *args, "test_fake.py")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*HLT-004: never (still not true after {scaled}s)*"])
+    if scaled != "2":
+        result.stdout.fnmatch_lines(["stm patience: *(waits for the backend scaled)"])
+
+
+@pytest.mark.parametrize(
+    ("args", "ini", "message"),
+    [
+        (["--stm-patience=0"], None, "*--stm-patience: must be a number > 0, got '0'"),
+        (["--stm-patience=soon"], None, "*--stm-patience: 'soon' is not a number"),
+        ([], "-1", "ERROR: stm_conformance: ini option stm_patience: must be a number > 0*"),
+        ([], "inf", "ERROR: stm_conformance: ini option stm_patience: must be a number > 0*"),
+    ],
+    ids=["cli-zero", "cli-not-a-number", "ini-negative", "ini-inf"],
+)
+def test_bad_patience_is_a_usage_error(
+    fake_suite: FakeSuite,
+    run_pytest: RunPytest,
+    pytester: pytest.Pytester,
+    args: list[str],
+    ini: str | None,
+    message: str,
+) -> None:
+    fake_suite(PATIENT_CHECK)
+    if ini is not None:
+        pytester.makeini(f"[pytest]\nstm_patience = {ini}\n")
+    result = run_pytest(BACKEND, *args, "test_fake.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])

@@ -31,6 +31,7 @@ if str(KIT_TESTS) not in sys.path:
 from stm_mutants import mutant_modules, reference_provider
 
 MUTANTS = mutant_modules()
+PATIENCE = ["--stm-patience=0.25"]
 
 
 class SuiteMissedMutant(AssertionError):
@@ -76,8 +77,11 @@ def test_there_are_enough_mutants_and_each_is_well_formed() -> None:
 def test_suite_catches_mutant(name: str, tmp_path: Path) -> None:
     module = _mutant(name)
     # At the default --stm-timeout: hangs are decided by the kit's own fast rules, and a
-    # loaded machine must not turn a slow differential run into a timeout.
-    report, output = run_suite(tmp_path, f"stm_mutants.{name}:provider")
+    # loaded machine must not turn a slow differential run into a timeout. A quarter of
+    # the default patience: a mutant's failing checks wait 1.25 s, not 5 s, for what never
+    # comes, and the reference's code behind every mutant reaches each state in
+    # milliseconds (test_reference_passes_everything runs at the same patience).
+    report, output = run_suite(tmp_path, f"stm_mutants.{name}:provider", PATIENCE)
     assert report["backend"]["name"] == module.provider.name, "the mutant was not the backend"
     failed = failed_requirements(report)
     details = f"failed requirements: {sorted(failed)}\nfailing checks:\n{failing_checks(report)}"
@@ -96,7 +100,7 @@ def test_suite_catches_mutant(name: str, tmp_path: Path) -> None:
 
 
 def test_reference_passes_everything(tmp_path: Path) -> None:
-    report, output = run_suite(tmp_path, "reference")
+    report, output = run_suite(tmp_path, "reference", PATIENCE)
     failed = failed_requirements(report)
     assert report["run"]["exit_status"] == 0 and not failed, (
         f"the reference backend failed {sorted(failed)}\n{failing_checks(report)}\n{output[-4000:]}"

@@ -15,10 +15,7 @@ from . import mutant_provider
 
 BREAKS = "WM-003"
 COLLATERAL = {
-    "WM-004": (
-        "the dropped turns never reach a successful summarizer call; the WM-004 check's "
-        "flush waits for them until its deadline"
-    ),
+    "WM-004": "the dropped turns never reach a successful summarizer call",
     "WM-006": "the turns the install drops are discarded without a summary covering them",
     "WM-007": "flush() waits forever for the dropped turns, which no call will cover",
 }
