@@ -154,6 +154,13 @@ class SpecModel:
         sent = [t.get("user") if isinstance(t, Mapping) else t for t in turns]
         expected = [t.rendered["user"] for t in source[: len(turns)]]
         if not turns or sent != expected:
+            skipped = _left_out(source, sent)
+            if skipped and all(t.was_hidden for t in skipped):
+                return "WM-006", (
+                    f"a call was sent turns {sent}, leaving out "
+                    f"{[t.rendered['user'] for t in skipped]}: pending turns the budget hid "
+                    "from the view were deleted, not kept until a summary covers them"
+                )
             return "WM-004", (
                 f"a call was sent turns {sent}; the oldest turns waiting, in order, are "
                 f"{[t.rendered['user'] for t in source]}"
@@ -248,3 +255,18 @@ class SpecModel:
             self.summary = text[len(text) - keep :] if keep else ""
             if self._fits():
                 return
+
+
+def _left_out(source: list[ModelTurn], sent: list[Any]) -> list[ModelTurn]:
+    """The turns of ``source`` a call skipped, when what it was sent is ``source`` in order
+    with some turns left out (else ``[]``: it was sent something else)."""
+    skipped: list[ModelTurn] = []
+    pending = iter(source)
+    for user in sent:
+        for entry in pending:
+            if entry.rendered["user"] == user:
+                break
+            skipped.append(entry)
+        else:
+            return []
+    return skipped

@@ -31,7 +31,7 @@ if str(KIT_TESTS) not in sys.path:
 from stm_mutants import mutant_modules, reference_provider
 
 MUTANTS = mutant_modules()
-PATIENCE = ["--stm-patience=0.25"]
+PATIENCE = ["--stm-patience=0.25", "--stm-hypothesis-profile=dev", "--stm-seed=20261123"]
 
 
 class SuiteMissedMutant(AssertionError):
