@@ -130,13 +130,48 @@ class Budget:
             if first_summary and state.summary and self._shows_summary(state):
                 self._shorten_summary(state)
             elif state.visible_from < len(state.pending) and self._shows_summary(state):
-                state.hide_oldest_visible()
+                self._hide_pending(state)
             elif state.recent:
                 watermark.evict_oldest_recent(state, self.config)
             elif state.summary and self._shows_summary(state):
                 self._shorten_summary(state)
             else:  # pragma: no cover - excluded by check_satisfiable
                 raise AssertionError("empty view exceeds the budget")
+
+    def _hide_pending(self, state: MemoryState) -> None:
+        """Hide the fewest oldest visible pending turns that make the view fit, or all of
+        them (BUD-004: oldest first, hidden not deleted).
+
+        After ``add_turn`` one more hidden turn is usually enough: that is tried first.
+        Otherwise the count is found by galloping from the newest turn (views of 1, 2, 4,
+        ... visible pending turns), then bisecting: O(log n) measurements of views no
+        longer than twice the answer, instead of one measurement per turn of views that
+        hold every turn not yet hidden. That matters for estimators that measure the text
+        (each measurement encodes the view): settling 10,000 pending turns with tiktoken
+        took minutes one by one. Hiding more turns never makes the view longer, so the
+        search finds what hiding them one at a time would.
+        """
+        start, end = state.visible_from, len(state.pending)
+        state.show_pending_from(start + 1)
+        if start + 1 == end or self.fits(state):
+            return
+        known_over = start + 1  # the view does not fit with ``known_over`` hidden
+        fits_at = end  # it fits with ``fits_at`` hidden, or that hides every pending turn
+        shown = 1
+        while end - shown > known_over:
+            state.show_pending_from(end - shown)
+            if not self.fits(state):
+                known_over = end - shown
+                break
+            fits_at, shown = end - shown, shown * 2
+        while fits_at - known_over > 1:
+            middle = (known_over + fits_at) // 2
+            state.show_pending_from(middle)
+            if self.fits(state):
+                fits_at = middle
+            else:
+                known_over = middle
+        state.show_pending_from(fits_at)
 
     def settle(self, state: MemoryState) -> None:
         """Recompute the visible pending run from scratch, then trim (after bulk changes)."""

@@ -100,6 +100,15 @@ class MemoryState:
         self.visible_chars -= len(self.pending[self.visible_from].fragment)
         self.visible_from += 1
 
+    def show_pending_from(self, index: int) -> None:
+        """Make ``pending[index:]`` the visible run (in O(distance moved))."""
+        pending = self.pending
+        if index > self.visible_from:
+            self.visible_chars -= sum(len(e.fragment) for e in pending[self.visible_from : index])
+        else:
+            self.visible_chars += sum(len(e.fragment) for e in pending[index : self.visible_from])
+        self.visible_from = index
+
     def show_all_pending(self) -> None:
         self.visible_from = 0
         self.visible_chars = sum(len(e.fragment) for e in self.pending)

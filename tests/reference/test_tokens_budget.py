@@ -7,6 +7,7 @@ budgets, policies, estimators and windows, and checks the budget invariants afte
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,9 @@ from reference_impl import (
     canonical_json,
     default_token_estimator,
 )
+from reference_impl.budget import Budget
+from reference_impl.entries import Entry, MemoryState
+from reference_impl.health import HealthMachine
 
 Estimator = Callable[[str], int]
 POLICIES = ["truncate_oldest", "truncate_summary", "error"]
@@ -682,3 +686,53 @@ async def test_estimate_tokens_counts_the_canonical_view_with_summary_and_digest
     assert set(view["conversation_memory"]) == {"summary", "pending_turns", "recent_turns"}
     assert memory.estimate_tokens() == estimator_of(estimator)(canonical_json(view))
     await memory.aclose()
+
+
+def _words(text: str) -> int:
+    """An estimator that measures the text (as tiktoken does), not only its length."""
+    return len(re.findall(r"\w+|[^\w\s]", text))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 40), min_size=1, max_size=80),
+    limit=st.integers(60, 400),
+    visible_from=st.integers(0, 60),
+)
+def test_hiding_pending_turns_in_bulk_hides_what_one_at_a_time_would(
+    sizes: list[int], limit: int, visible_from: int
+) -> None:
+    """BUD-004: the search that hides many pending turns at once (settle, from_dict) ends
+    where hiding the oldest visible turn one at a time ends, for an estimator that reads
+    the text."""
+    _check_bulk_hide(sizes, limit, visible_from)
+
+
+def test_hiding_pending_turns_in_bulk_at_every_limit() -> None:
+    """The same, over every answer from none to all of 120 pending turns hidden."""
+    for limit in range(60, 1300, 7):
+        _check_bulk_hide([(7 * i) % 13 for i in range(120)], limit, 0)
+
+
+def _check_bulk_hide(sizes: list[int], limit: int, visible_from: int) -> None:
+    config = ShortTermMemoryConfig(
+        strategy="rolling_summary",
+        budget=MemoryBudget(full_zone_turns=1, summary_max_tokens=50, total_max_tokens=limit),
+        token_estimator=_words,
+    )
+    budget = Budget.for_config(config)
+    state = MemoryState(health=HealthMachine(2, 0.1, 1.0))
+    for seq, size in enumerate(sizes, start=1):
+        state.push_pending(
+            Entry.make(seq, ConversationTurn("w " * size, "é"), include_digest=False)
+        )
+    state.show_pending_from(min(visible_from, len(sizes)))
+    state.set_summary("an older summary")
+    one_by_one = state.copy()
+    while not budget.fits(one_by_one) and one_by_one.visible_from < len(one_by_one.pending):
+        one_by_one.hide_oldest_visible()
+    if one_by_one.visible_from == state.visible_from:
+        return  # nothing to hide: enforce would not search
+    budget._hide_pending(state)
+    assert state.visible_from == one_by_one.visible_from
+    assert state.visible_chars == sum(len(e.fragment) for e in state.visible_pending)
