@@ -85,6 +85,8 @@ def conformance_penguiflow(session: nox.Session) -> None:
 
 #: The backends of the conformance matrix, in its column order.
 MATRIX_BACKENDS = ("reference", "penguiflow", "fakeredis", "redis")
+#: Standalone reproductions of PenguiFlow's failures, linked from the matrix.
+FINDINGS = Path("docs/findings")
 
 
 @nox.session(python=PYTHON)
@@ -118,7 +120,10 @@ def matrix(session: nox.Session) -> None:
         )
         reports.append(str(report))
     updates = [arg for path in documents for arg in ("--update", path)]
-    session.run("python", "-m", "stm_conformance.matrix", *updates, *reports)
+    findings = f"penguiflow={FINDINGS.resolve()}"
+    session.run(
+        "python", "-m", "stm_conformance.matrix", "--findings", findings, *updates, *reports
+    )
 
 
 @nox.session(python=PYTHON)

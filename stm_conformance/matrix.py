@@ -10,6 +10,9 @@ say whether they are up to date (exit status 1 when not)::
     python -m stm_conformance.matrix --update docs/conformance-matrix.md --update README.md \\
         [--check] reference.json penguiflow.json
 
+``--findings BACKEND=DIR`` links each failed (or expected-to-fail) requirement of that
+backend to its reproduction ``DIR/<ID>.py`` when there is one.
+
 A generated region lies between ``<!-- stm-matrix:begin -->`` and
 ``<!-- stm-matrix:end -->`` (the table, :func:`render_matrix`) or between
 ``<!-- stm-levels:begin -->`` and ``<!-- stm-levels:end -->`` (the levels each backend
@@ -20,12 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["REGIONS", "render_levels", "render_matrix", "update_regions"]
+__all__ = ["REGIONS", "Links", "find_links", "render_levels", "render_matrix", "update_regions"]
 
 _MARK = {
     "pass": "pass",
@@ -37,8 +41,14 @@ _MARK = {
 }
 
 
-def render_matrix(reports: Sequence[dict[str, Any]]) -> str:
-    """One row per requirement, one column per report."""
+#: Links from a cell to a reproduction: backend name -> requirement ID -> link.
+Links = Mapping[str, Mapping[str, str]]
+
+
+def render_matrix(reports: Sequence[dict[str, Any]], links: Links | None = None) -> str:
+    """One row per requirement, one column per report; a failed (or expected-to-fail)
+    requirement with a link in ``links`` links to its reproduction."""
+    links = links or {}
     names = [r["backend"]["name"] for r in reports]
     lines = [
         "| requirement | " + " | ".join(names) + " |",
@@ -46,7 +56,14 @@ def render_matrix(reports: Sequence[dict[str, Any]]) -> str:
     ]
     ids = sorted({rid for r in reports for rid in r["requirements"]}, key=_order(reports[0]))
     for rid in ids:
-        cells = [_MARK.get(r["requirements"].get(rid, {}).get("status", ""), "?") for r in reports]
+        cells = []
+        for report in reports:
+            status = report["requirements"].get(rid, {}).get("status", "")
+            cell = _MARK.get(status, "?")
+            link = links.get(report["backend"]["name"], {}).get(rid)
+            if link and status in ("fail", "xfail"):
+                cell += f" ([repro]({link}))"
+            cells.append(cell)
         lines.append(f"| {rid} | " + " | ".join(cells) + " |")
     lines.append(
         "| **levels reached** | "
@@ -56,8 +73,9 @@ def render_matrix(reports: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_levels(reports: Sequence[dict[str, Any]]) -> str:
-    """One row per report: the backend, the highest level it reached, its failures."""
+def render_levels(reports: Sequence[dict[str, Any]], links: Links | None = None) -> str:
+    """One row per report: the backend, the highest level it reached, its failures
+    (``links`` is accepted for a uniform signature and not shown)."""
     lines = ["| backend | highest level reached | requirements failed |", "| --- | --- | --- |"]
     for report in reports:
         reached = report["levels_reached"]
@@ -70,14 +88,15 @@ def render_levels(reports: Sequence[dict[str, Any]]) -> str:
 
 
 #: The generated regions of a Markdown file, by marker name.
-REGIONS: dict[str, Callable[[Sequence[dict[str, Any]]], str]] = {
+REGIONS = {
     "stm-matrix": render_matrix,
     "stm-levels": render_levels,
 }
 
 
-def update_regions(text: str, reports: Sequence[dict[str, Any]]) -> str:
-    """``text`` with every generated region it holds rendered again from ``reports``.
+def update_regions(text: str, reports: Sequence[dict[str, Any]], links: Links | None = None) -> str:
+    """``text`` with every generated region it holds rendered again from ``reports``
+    (``links``: see :func:`render_matrix`).
 
     Raises:
         ValueError: a region is opened and not closed, or ``text`` holds no region.
@@ -91,10 +110,22 @@ def update_regions(text: str, reports: Sequence[dict[str, Any]]) -> str:
             raise ValueError(f"{begin} without {end}")
         found = True
         start, stop = text.index(begin), text.index(end, text.index(begin))
-        text = f"{text[:start]}{begin}\n{render(reports)}{text[stop:]}"
+        text = f"{text[:start]}{begin}\n{render(reports, links)}{text[stop:]}"
     if not found:
         raise ValueError(f"no generated region (markers {', '.join(REGIONS)})")
     return text
+
+
+def find_links(findings: Mapping[str, Path], base: Path) -> dict[str, dict[str, str]]:
+    """The reproductions ``DIR/<ID>.py`` of each backend, as links relative to ``base``
+    (the directory of the Markdown file that shows them)."""
+    return {
+        backend: {
+            path.stem: Path(os.path.relpath(path.resolve(), base.resolve())).as_posix()
+            for path in sorted(directory.glob("*-[0-9][0-9][0-9].py"))
+        }
+        for backend, directory in findings.items()
+    }
 
 
 def _order(report: dict[str, Any]) -> Any:
@@ -125,16 +156,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--check", action="store_true", help="with --update: only say whether files are current"
     )
+    parser.add_argument(
+        "--findings",
+        action="append",
+        default=[],
+        metavar="BACKEND=DIR",
+        help="link that backend's failed requirements to DIR/<ID>.py where it exists (repeatable)",
+    )
     args = parser.parse_args(argv)
     reports = [json.loads(p.read_text(encoding="utf-8")) for p in args.reports]
+    findings: dict[str, Path] = {}
+    for item in args.findings:
+        backend, sep, directory = item.partition("=")
+        if not sep or not backend or not Path(directory).is_dir():
+            parser.error(f"--findings {item!r}: expected BACKEND=DIR with an existing DIR")
+        findings[backend] = Path(directory)
     if not args.update:
-        sys.stdout.write(render_matrix(reports))
+        sys.stdout.write(render_matrix(reports, find_links(findings, Path.cwd())))
         return 0
     stale = []
     for path in args.update:
         text = path.read_text(encoding="utf-8")
         try:
-            updated = update_regions(text, reports)
+            updated = update_regions(text, reports, find_links(findings, path.parent))
         except ValueError as exc:
             parser.error(f"{path}: {exc}")
         if updated != text:

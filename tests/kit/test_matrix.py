@@ -20,6 +20,11 @@ def _reports() -> list[dict[str, Any]]:
     return [load_json(DOCS / "matrix" / f"{name}.json") for name in BACKENDS]
 
 
+def _links(path: Path) -> matrix.Links:
+    """The links ``nox -s matrix`` renders into ``path`` (``--findings penguiflow=...``)."""
+    return matrix.find_links({"penguiflow": DOCS / "findings"}, path.parent)
+
+
 def test_the_committed_reports_are_complete_runs_of_each_backend() -> None:
     for name, report in zip(BACKENDS, _reports(), strict=True):
         validate_report(report)
@@ -30,7 +35,7 @@ def test_the_committed_reports_are_complete_runs_of_each_backend() -> None:
 @pytest.mark.parametrize("path", GENERATED, ids=lambda p: p.name)
 def test_the_committed_docs_match_the_reports(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
-    assert matrix.update_regions(text, _reports()) == text, (
+    assert matrix.update_regions(text, _reports(), _links(path)) == text, (
         f"{path.name} differs from what docs/matrix/*.json give: run `nox -s matrix`"
     )
 
@@ -67,3 +72,20 @@ def test_the_command_line_checks_and_updates(tmp_path: Path, capsys: Any) -> Non
     assert text.endswith("<!-- stm-levels:end -->\nend\n")
     assert matrix.main(["--update", str(doc), "--check", *paths]) == 0
     assert "out of date" in capsys.readouterr().err
+
+
+def test_penguiflow_failures_link_to_their_reproductions() -> None:
+    path = DOCS / "conformance-matrix.md"
+    rendered = matrix.render_matrix(_reports(), _links(path))
+    reports = dict(zip(BACKENDS, _reports(), strict=True))
+    failed = sorted(
+        rid
+        for rid, r in reports["penguiflow"]["requirements"].items()
+        if r["status"] in ("fail", "xfail")
+    )
+    assert failed, "the committed penguiflow report fails nothing"
+    for rid in failed:
+        row = next(line for line in rendered.splitlines() if line.startswith(f"| {rid} |"))
+        assert f"([repro](findings/{rid}.py))" in row, row
+    passing = next(line for line in rendered.splitlines() if line.startswith("| STR-001 |"))
+    assert "repro" not in passing
