@@ -130,7 +130,8 @@ class Budget:
             if first_summary and state.summary and self._shows_summary(state):
                 self._shorten_summary(state)
             elif state.visible_from < len(state.pending) and self._shows_summary(state):
-                self._hide_pending(state)
+                if self._hide_pending(state):
+                    return  # measured to fit: no need to measure again
             elif state.recent:
                 watermark.evict_oldest_recent(state, self.config)
             elif state.summary and self._shows_summary(state):
@@ -138,7 +139,7 @@ class Budget:
             else:  # pragma: no cover - excluded by check_satisfiable
                 raise AssertionError("empty view exceeds the budget")
 
-    def _hide_pending(self, state: MemoryState) -> None:
+    def _hide_pending(self, state: MemoryState) -> bool:
         """Hide the fewest oldest visible pending turns that make the view fit, or all of
         them (BUD-004: oldest first, hidden not deleted).
 
@@ -149,12 +150,15 @@ class Budget:
         hold every turn not yet hidden. That matters for estimators that measure the text
         (each measurement encodes the view): settling 10,000 pending turns with tiktoken
         took minutes one by one. Hiding more turns never makes the view longer, so the
-        search finds what hiding them one at a time would.
+        search finds what hiding them one at a time would. Returns whether the view was
+        measured to fit (``False``: every pending turn is hidden, not yet measured).
         """
         start, end = state.visible_from, len(state.pending)
         state.show_pending_from(start + 1)
-        if start + 1 == end or self.fits(state):
-            return
+        if start + 1 == end:
+            return False
+        if self.fits(state):
+            return True
         known_over = start + 1  # the view does not fit with ``known_over`` hidden
         fits_at = end  # it fits with ``fits_at`` hidden, or that hides every pending turn
         shown = 1
@@ -172,6 +176,7 @@ class Budget:
             else:
                 known_over = middle
         state.show_pending_from(fits_at)
+        return fits_at < end
 
     def settle(self, state: MemoryState) -> None:
         """Recompute the visible pending run from scratch, then trim (after bulk changes)."""

@@ -68,6 +68,49 @@ async def test_truncation_stays_within_budget(make_memory, policy, total):
         await _check_invariants(memory, cfg)
 
 
+@req("BUD-001", "BUD-003", "BUD-004", "BUD-008")
+@cap("truncation")
+@pytest.mark.parametrize("policy", TRUNCATE)
+@pytest.mark.parametrize("total", [40, 90])
+async def test_truncation_budget_keeps_the_newest_turns_that_fit(make_memory, policy, total):
+    """Under ``truncation`` the budget drops the oldest recent turns: the view keeps the
+    newest turns, in order (no newer turn dropped), and as many as fit (no turn dropped
+    while the view would fit with it)."""
+    cfg = config(
+        "truncation",
+        full_zone_turns=4,
+        total_max_tokens=total,
+        summary_max_tokens=10,
+        overflow_policy=policy,
+    )
+    memory = await make_memory(cfg)
+    added: list[Any] = []
+    for i in range(12):
+        added.append(turn(i, pad=(i * 7) % 23))
+        await memory.add_turn(added[-1])
+        recent = (await _check_invariants(memory, cfg)).get("recent_turns")
+        kept = len(recent or [])
+        newest = [t.user_message for t in added[len(added) - kept :]] if kept else []
+        if sorted(users(recent)) == sorted(newest):  # the right turns: only the order is off
+            assert users(recent) == newest, (
+                f"STR-002: after u{i} the view shows {users(recent)}, not in the order added"
+            )
+        assert users(recent) == newest, (
+            f"BUD-004: after u{i} the view keeps {users(recent)}; the budget drops the oldest "
+            f"turns first, so it must keep the newest {kept}: {newest}"
+        )
+        if kept < min(cfg.budget.full_zone_turns, len(added)):
+            one_more = [turn_json(t) for t in added[len(added) - kept - 1 :]]
+            tokens = default_token_estimator(
+                canonical_json({"conversation_memory": {"recent_turns": one_more}})
+            )
+            assert tokens > total, (
+                f"BUD-004: after u{i} the view keeps {kept} turns, but {kept + 1} fit "
+                f"({tokens} tokens <= total_max_tokens={total}): a turn was dropped "
+                "although the view was within budget with it"
+            )
+
+
 @req("BUD-001", "BUD-002", "BUD-003", "BUD-008")
 @cap("rolling_summary")
 @pytest.mark.parametrize("policy", TRUNCATE)

@@ -38,12 +38,19 @@ async def test_summary_updated_once_per_summary(
 ):
     cfg = config(full_zone_turns=1, **recording_callbacks.config_kwargs())
     memory = await make_memory(cfg, summarizer=scripted_summarizer)
-    for i in range(4):
+    for i in range(5):
+        if i == 2:  # a failed call (then its retry succeeds) installs nothing: no callback
+            scripted_summarizer.fail_next(1, mode="raise")
         await memory.add_turn(turn(i))
         await memory.flush()
+    assert len(scripted_summarizer.calls) > scripted_summarizer.completed, "no call failed"
     await recording_callbacks.wait_for("summaries", scripted_summarizer.completed)
     await recording_callbacks.settle()
-    assert len(recording_callbacks.summaries) == scripted_summarizer.completed
+    reported, installed = len(recording_callbacks.summaries), scripted_summarizer.completed
+    assert reported == installed, (
+        f"on_summary_updated ran {reported} times for {installed} installed summaries "
+        f"({len(scripted_summarizer.calls) - installed} failed calls installed nothing)"
+    )
     olds = [old for old, _ in recording_callbacks.summaries]
     news = [new for _, new in recording_callbacks.summaries]
     assert olds == ["", *news[:-1]], "old/new must chain"

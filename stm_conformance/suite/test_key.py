@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -189,6 +190,18 @@ def test_keys_come_from_tool_context_dotted_paths(stm_provider):
     iso = MemoryIsolation(tenant_key="org.id", user_key="who.id", session_key="conv.id")
     got = resolve(iso, None, {"org": {"id": "acme"}, "who": {"id": "ann"}, "conv": {"id": "c9"}})
     assert got == MemoryKey("acme", "ann", "c9")
+    # The spec names attributes too: a request context is often an object, not a mapping.
+    objects = {
+        "org": SimpleNamespace(id="acme"),
+        "who": {"id": "ann"},
+        "conv": SimpleNamespace(id="c9"),
+    }
+    got = resolve(iso, None, objects)
+    assert got == MemoryKey("acme", "ann", "c9"), (
+        f"dotted paths through attributes (SimpleNamespace(id=...)) resolved {got}"
+    )
+    got = resolve(iso, None, SimpleNamespace(**objects))
+    assert got == MemoryKey("acme", "ann", "c9"), f"a tool_context that is an object resolved {got}"
 
 
 @req("KEY-005")

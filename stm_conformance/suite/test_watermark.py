@@ -66,14 +66,17 @@ async def test_add_turn_does_not_wait_for_the_summarizer(make_memory, scripted_s
 
 
 @req("WM-002", "WM-005")
-async def test_evicted_turns_are_pending_until_summarized(make_memory, scripted_summarizer):
-    memory = await make_memory(config(full_zone_turns=2), summarizer=scripted_summarizer)
+@pytest.mark.parametrize("window", [0, 1, 2])
+async def test_evicted_turns_are_pending_until_summarized(make_memory, scripted_summarizer, window):
+    """With no window at all (``full_zone_turns=0``) every turn is pending at once."""
+    memory = await make_memory(config(full_zone_turns=window), summarizer=scripted_summarizer)
     scripted_summarizer.hold()
     for i in range(5):
         await memory.add_turn(turn(i))
     view = await memory_view(memory)
-    assert users(view.get("pending_turns")) == ["u0", "u1", "u2"], view
-    assert users(view["recent_turns"]) == ["u3", "u4"], view
+    everything = [f"u{i}" for i in range(5)]
+    assert users(view.get("pending_turns")) == everything[: 5 - window], view
+    assert users(view.get("recent_turns")) == everything[5 - window :], view
     scripted_summarizer.release()
 
 

@@ -18,10 +18,6 @@ from . import mutant_provider
 
 BREAKS = "BUD-004"
 COLLATERAL: dict[str, str] = {}
-GAP = (
-    "under strategy truncation no check looks at which recent turn the token budget drops "
-    "(the truncation budget checks assert only the limits)"
-)
 
 
 class NewestFirstBudget(Budget):

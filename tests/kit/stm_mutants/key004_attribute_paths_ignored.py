@@ -18,10 +18,6 @@ from . import reference_provider
 
 BREAKS = "KEY-004"
 COLLATERAL: dict[str, str] = {}
-GAP = (
-    "the KEY-004 check resolves dotted paths through nested mappings only, never through "
-    "an object's attributes"
-)
 
 
 def _extract(source: Any, path: str) -> Any:
