@@ -141,9 +141,10 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """Cost of ``add_turn`` against the number of retained turns, next to PenguiFlow's; the
-    Redis backend's round trips and throughput against raw redis-py and the OpenAI Agents
-    SDK's ``RedisSession`` (needs redis-server)."""
-    session.install("-e", ".[dev,penguiflow,redis]", "openai-agents")
-    session.run("python", "tests/bench/bench_add_turn.py", *session.posargs)
+    """The reference memory next to PenguiFlow's, operation by operation (results in
+    ``docs/benchmarks/``, explained in ``docs/performance.md``); the Redis backend's round
+    trips and throughput against raw redis-py and the OpenAI Agents SDK's ``RedisSession``
+    (needs redis-server). Arguments go to ``tests/bench/bench_memory.py``."""
+    session.install("-e", ".[dev,penguiflow,redis,tiktoken]", "openai-agents", "matplotlib")
+    session.run("python", "tests/bench/bench_memory.py", *session.posargs)
     session.run("python", "tests/bench/bench_redis.py")
