@@ -103,6 +103,7 @@ def matrix(session: nox.Session) -> None:
     out = Path("docs/matrix").resolve()
     out.mkdir(parents=True, exist_ok=True)
     documents = [str(Path(name).resolve()) for name in ("docs/conformance-matrix.md", "README.md")]
+    findings = f"penguiflow={FINDINGS.resolve()}"
     session.chdir(_scratch())
     reports = []
     for backend in MATRIX_BACKENDS:
@@ -120,7 +121,6 @@ def matrix(session: nox.Session) -> None:
         )
         reports.append(str(report))
     updates = [arg for path in documents for arg in ("--update", path)]
-    findings = f"penguiflow={FINDINGS.resolve()}"
     session.run(
         "python", "-m", "stm_conformance.matrix", "--findings", findings, *updates, *reports
     )
