@@ -68,9 +68,11 @@ def conformance_redis(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def conformance_penguiflow(session: nox.Session) -> None:
     """The suite against PenguiFlow's own memory, with its expected-failures file: green
-    and strict (a listed check that passes fails the run)."""
+    and strict (a listed check that passes fails the run); then each reproduction in
+    ``docs/findings`` must still fail on the installed PenguiFlow."""
     session.install(".[penguiflow]", "pytest-xdist")
     xfail = Path("adapters/stm_penguiflow/xfail.toml").resolve()
+    session.run("pytest", "tests/adapters/test_findings.py", "-q", "-n", "2")
     session.chdir(_scratch())
     session.run(
         "pytest",
