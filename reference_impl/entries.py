@@ -97,8 +97,7 @@ class MemoryState:
         self.visible_chars += len(entry.fragment)
 
     def hide_oldest_visible(self) -> None:
-        self.visible_chars -= len(self.pending[self.visible_from].fragment)
-        self.visible_from += 1
+        self.show_pending_from(self.visible_from + 1)
 
     def show_pending_from(self, index: int) -> None:
         """Make ``pending[index:]`` the visible run (in O(distance moved))."""

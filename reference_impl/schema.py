@@ -242,7 +242,6 @@ def dump_json(
     text = text_of or turn_json
     key = state.key
     health = state.health
-    summary = state.summary_json if state.summary and state.summary_json else None
     # Built by hand: every field but the key, the summary and the configuration is a
     # number or a fixed identifier, and those three are encoded once and cached.
     head = (
@@ -250,7 +249,7 @@ def dump_json(
         f'"key":{"null" if key is None else _key_json(key)},'
         f'"storage_key":null,"strategy":"{config.strategy}",'
         f'"health":"{health.state.value}","failures":{int(health.failures)},'
-        f'"summary":{summary or json_string(state.summary)},'
+        f'"summary":{state.summary_json or json_string(state.summary)},'
         f'"summarized_through":{int(state.summarized_through)},'
         f'"next_seq":{int(state.next_seq)},"dropped_turns":{int(state.dropped_turns)},'
         f'"revision":{int(state.revision)},'

@@ -104,6 +104,11 @@ ADD_TURN_LIMIT_S = 1.0
 FLUSH_LIMIT_S = 4.0
 
 
+def _add_turn_limit() -> float:
+    """:data:`ADD_TURN_LIMIT_S` scaled by ``--stm-patience``, never below the deadlock probe."""
+    return max(patient(ADD_TURN_LIMIT_S), DEADLOCK_S)
+
+
 class PreconditionError(OutcomeException):
     """A precondition of another requirement broke (the message opens with its ID).
 
@@ -151,7 +156,7 @@ class CheckedMemory:
         if not done:
             blocked_on = self._blocked_on(task)
             if blocked_on is None:
-                rest = max(patient(ADD_TURN_LIMIT_S) - DEADLOCK_S, 0.0)
+                rest = _add_turn_limit() - DEADLOCK_S
                 done, _ = await asyncio.wait({task}, timeout=rest)
                 blocked_on = None if done else self._blocked_on(task, waited=True)
             if blocked_on is not None:
@@ -171,8 +176,7 @@ class CheckedMemory:
             return f"{rule}: add_turn did not return ({AWAITED_FOREVER}): {stuck.why}"
         if waited and self._stm_config.strategy == "rolling_summary":
             return (
-                f"WM-001: add_turn did not return within "
-                f"{max(patient(ADD_TURN_LIMIT_S), DEADLOCK_S):g}s under "
+                f"WM-001: add_turn did not return within {_add_turn_limit():g}s under "
                 "rolling_summary: it waits for summarization (a retry backoff, a worker)"
             )
         return None

@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -89,7 +89,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--stm-timeout",
         dest="stm_timeout",
-        type=_timeout_arg,
+        type=_argument(_parse_timeout),
         default=None,
         metavar="SECONDS",
         help=f"fail a check that runs longer (0: no limit; default {DEFAULT_TIMEOUT:g}; "
@@ -98,7 +98,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--stm-patience",
         dest="stm_patience",
-        type=_patience_arg,
+        type=_argument(_parse_patience),
         default=None,
         metavar="FACTOR",
         help="scale how long checks wait for the backend to reach a required state "
@@ -229,29 +229,27 @@ def apply_ini_options(config: pytest.Config) -> None:
             f"stm_conformance: {source}: {level!r} is not a level (one of {', '.join(LEVELS)})"
         )
     config.option.stm_require_level = level
-    if getattr(config.option, "stm_timeout", None) is None:
-        value = _ini(config, "stm_timeout")
-        timeout = DEFAULT_TIMEOUT
-        if value:
-            try:
-                timeout = _parse_timeout(value)
-            except ValueError as exc:
-                raise pytest.UsageError(f"stm_conformance: ini option stm_timeout: {exc}") from None
-        config.option.stm_timeout = timeout
-    if getattr(config.option, "stm_patience", None) is None:
-        value = _ini(config, "stm_patience")
-        patience = 1.0
-        if value:
-            try:
-                patience = _parse_patience(value)
-            except ValueError as exc:
-                raise pytest.UsageError(
-                    f"stm_conformance: ini option stm_patience: {exc}"
-                ) from None
-        config.option.stm_patience = patience
+    _number_from_ini(config, "stm_timeout", _parse_timeout, DEFAULT_TIMEOUT)
+    _number_from_ini(config, "stm_patience", _parse_patience, 1.0)
     from ._patience import set_factor
 
     set_factor(config.option.stm_patience)
+
+
+def _number_from_ini(
+    config: pytest.Config, name: str, parse: Callable[[str], float], default: float
+) -> None:
+    """Fill option ``name`` from the ini file (else ``default``) unless the command line
+    set it; a bad ini value is a usage error."""
+    if getattr(config.option, name, None) is not None:
+        return
+    value, number = _ini(config, name), default
+    if value:
+        try:
+            number = parse(value)
+        except ValueError as exc:
+            raise pytest.UsageError(f"stm_conformance: ini option {name}: {exc}") from None
+    setattr(config.option, name, number)
 
 
 def _ini(config: pytest.Config, name: str) -> str:
@@ -282,15 +280,13 @@ def _parse_patience(text: str) -> float:
     return value
 
 
-def _patience_arg(text: str) -> float:
-    try:
-        return _parse_patience(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def _argument(parse: Callable[[str], float]) -> Callable[[str], float]:
+    """``parse`` as an argparse ``type``: its ``ValueError`` becomes a usage error."""
 
+    def convert(text: str) -> float:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
-def _timeout_arg(text: str) -> float:
-    try:
-        return _parse_timeout(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    return convert

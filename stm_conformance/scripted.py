@@ -83,9 +83,7 @@ class ScriptedSummarizer:
         self._held = False
         #: Calls started and currently blocked by :meth:`hold`.
         self.waiting = 0
-        #: Calls currently hanging in ``hang`` mode.
-        self.hanging = 0
-        #: ``time.monotonic()`` at the start of each call hanging now.
+        #: ``time.monotonic()`` at the start of each call hanging now (``hang`` mode).
         self._hang_starts: list[float] = []
         self._queued: deque[FailureMode] = deque()
         self._always: FailureMode | None = None
@@ -182,6 +180,11 @@ class ScriptedSummarizer:
         return "\n".join(lines)[-self.max_chars :]
 
     @property
+    def hanging(self) -> int:
+        """Calls currently hanging in ``hang`` mode."""
+        return len(self._hang_starts)
+
+    @property
     def longest_hang_s(self) -> float:
         """How long the oldest call hanging now has hung (0 when none hangs)."""
         starts = self._hang_starts
@@ -198,13 +201,11 @@ class ScriptedSummarizer:
             return {"summary": 123}
         if mode == "oversize":
             return {"summary": "x" * self.oversize_chars}
-        self.hanging += 1
         started = time.monotonic()
         self._hang_starts.append(started)
         try:
             await anyio.sleep_forever()
         finally:
-            self.hanging -= 1
             self._hang_starts.remove(started)
         raise AssertionError("unreachable")  # pragma: no cover
 

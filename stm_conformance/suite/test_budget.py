@@ -30,6 +30,17 @@ def _words(text: str) -> int:
     return len(text.replace(",", " ").split()) + 1
 
 
+def _truncation(total: int, policy: str) -> Any:
+    """A ``truncation`` memory of 4 recent turns under ``total_max_tokens=total``."""
+    return config(
+        "truncation",
+        full_zone_turns=4,
+        total_max_tokens=total,
+        summary_max_tokens=10,
+        overflow_policy=policy,  # type: ignore[arg-type]
+    )
+
+
 async def _check_invariants(memory: Any, cfg: Any, estimator: Any = None) -> dict[str, Any]:
     ctx = dict(await memory.get_llm_context())
     estimator = estimator or default_token_estimator
@@ -55,13 +66,7 @@ async def _check_invariants(memory: Any, cfg: Any, estimator: Any = None) -> dic
 @pytest.mark.parametrize("policy", TRUNCATE)
 @pytest.mark.parametrize("total", [20, 45, 120])
 async def test_truncation_stays_within_budget(make_memory, policy, total):
-    cfg = config(
-        "truncation",
-        full_zone_turns=4,
-        total_max_tokens=total,
-        summary_max_tokens=10,
-        overflow_policy=policy,
-    )
+    cfg = _truncation(total, policy)
     memory = await make_memory(cfg)
     for i in range(12):
         await memory.add_turn(turn(i, pad=(i * 7) % 23))
@@ -76,13 +81,7 @@ async def test_truncation_budget_keeps_the_newest_turns_that_fit(make_memory, po
     """Under ``truncation`` the budget drops the oldest recent turns: the view keeps the
     newest turns, in order (no newer turn dropped), and as many as fit (no turn dropped
     while the view would fit with it)."""
-    cfg = config(
-        "truncation",
-        full_zone_turns=4,
-        total_max_tokens=total,
-        summary_max_tokens=10,
-        overflow_policy=policy,
-    )
+    cfg = _truncation(total, policy)
     memory = await make_memory(cfg)
     added: list[Any] = []
     for i in range(12):

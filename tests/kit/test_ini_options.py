@@ -107,8 +107,19 @@ def test_bad_timeouts_are_usage_errors(
     message: str,
 ) -> None:
     fake_suite(CHECKS)
+    _assert_usage_error(run_pytest, pytester, args, "stm_timeout", ini, message)
+
+
+def _assert_usage_error(
+    run_pytest: RunPytest,
+    pytester: pytest.Pytester,
+    args: list[str],
+    ini_name: str,
+    ini: str | None,
+    message: str,
+) -> None:
     if ini is not None:
-        pytester.makeini(f"[pytest]\nstm_timeout = {ini}\n")
+        pytester.makeini(f"[pytest]\n{ini_name} = {ini}\n")
     result = run_pytest(*args, "test_fake.py")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
@@ -175,8 +186,4 @@ def test_bad_patience_is_a_usage_error(
     message: str,
 ) -> None:
     fake_suite(PATIENT_CHECK)
-    if ini is not None:
-        pytester.makeini(f"[pytest]\nstm_patience = {ini}\n")
-    result = run_pytest(BACKEND, *args, "test_fake.py")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([message])
+    _assert_usage_error(run_pytest, pytester, [BACKEND, *args], "stm_patience", ini, message)
