@@ -96,8 +96,9 @@ def matrix(session: nox.Session) -> None:
     """Run the suite against every bundled backend and regenerate the conformance matrix.
 
     The JSON reports go to ``docs/matrix/``; the tables of ``docs/conformance-matrix.md``
-    and the README's levels are rendered from them (``tests/kit/test_matrix.py`` checks
-    that the committed files match the committed reports). Needs ``redis-server``.
+    and the README's levels are rendered from them, and ``docs/coverage.md`` from the
+    reference's report (``tests/kit/test_matrix.py`` and ``tests/kit/test_coverage.py``
+    check that the committed files match the committed reports). Needs ``redis-server``.
     """
     if shutil.which("redis-server") is None and not os.environ.get("STM_REDIS_URL"):
         session.error("the redis backend needs redis-server on PATH (or $STM_REDIS_URL)")
@@ -105,6 +106,7 @@ def matrix(session: nox.Session) -> None:
     out = Path("docs/matrix").resolve()
     out.mkdir(parents=True, exist_ok=True)
     documents = [str(Path(name).resolve()) for name in ("docs/conformance-matrix.md", "README.md")]
+    coverage = [str(Path(name).resolve()) for name in ("docs/coverage-gaps.toml", "docs/coverage.md")]
     findings = f"penguiflow={FINDINGS.resolve()}"
     session.chdir(_scratch())
     reports = []
@@ -125,6 +127,17 @@ def matrix(session: nox.Session) -> None:
     updates = [arg for path in documents for arg in ("--update", path)]
     session.run(
         "python", "-m", "stm_conformance.matrix", "--findings", findings, *updates, *reports
+    )
+    gaps, coverage_doc = coverage
+    session.run(
+        "python",
+        "-m",
+        "stm_conformance.coverage",
+        str(out / "reference.json"),
+        "--gaps",
+        gaps,
+        "--update",
+        coverage_doc,
     )
 
 

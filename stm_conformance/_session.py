@@ -19,13 +19,14 @@ from typing import Any
 
 import pytest
 
-from . import __version__, _deadline
+from . import __version__, _deadline, scenarios
 from ._determinism import apply_profile, choose_profile, choose_seed, seed_check
 from .capabilities import CAPABILITIES, skip_reason, undeclared
 from .plugin import SUITE_DIR, apply_ini_options, suite_selected
 from .provider import Provider, ProviderError, load_provider
 from .report import (
     PROP_BLAMED,
+    PROP_SCENARIO,
     LevelResult,
     Results,
     RunInfo,
@@ -50,6 +51,8 @@ MARKERS = (
     "stm_requirement(*ids): spec requirement IDs a conformance check verifies",
     "stm_capability(*names): capabilities a conformance check needs (skipped if undeclared)",
     "stm_probe(name): the check verifies that a declared capability works",
+    "stm_scenario(*tags): scenarios the check asserts that no observation can tell "
+    "(direction:accept, direction:reject, bound:lower, bound:upper)",
 )
 
 
@@ -309,6 +312,18 @@ class SessionPlugin:
             pytest.fail(problem, pytrace=False)
         if _is_check(item):
             seed_check(self.seed, item.nodeid)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        """Note the scenarios a check exercises (``stm_conformance.scenarios``)."""
+        if not _is_check(item):
+            return (yield)
+        try:
+            with scenarios.observing() as tags:
+                return (yield)
+        finally:
+            tags.update(_marker_args(item, "stm_scenario"))
+            item.user_properties.extend((PROP_SCENARIO, tag) for tag in sorted(tags))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:

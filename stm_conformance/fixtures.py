@@ -35,6 +35,7 @@ from ._session import active_backend
 from .checks import memory_view
 from .contract import MemoryKey, ShortTermMemoryConfig, Summarizer
 from .provider import MemoryFactory, Provider
+from .scenarios import Tracker, track
 from .scripted import RecordingCallbacks, ScriptedSummarizer
 from .store import KitStateStore
 
@@ -138,19 +139,32 @@ class CheckedMemory:
       retrying, else WM-007.
     """
 
-    def __init__(self, memory: Any, config: ShortTermMemoryConfig, summarizer: Any = None) -> None:
+    def __init__(
+        self,
+        memory: Any,
+        config: ShortTermMemoryConfig,
+        summarizer: Any = None,
+        tracker: Tracker | None = None,
+    ) -> None:
         self.__dict__["_stm_memory"] = memory
         self.__dict__["_stm_config"] = config
+        #: Notes the scenarios the check exercises (``stm_conformance.scenarios``).
+        self.__dict__["_stm_tracker"] = tracker
         #: The memory's summarizer, when it is a ScriptedSummarizer the kit can watch.
         self.__dict__["_stm_summarizer"] = (
             summarizer if isinstance(summarizer, ScriptedSummarizer) else None
         )
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._stm_memory, name)
+        value = getattr(self._stm_memory, name)
+        tracker = self._stm_tracker
+        return value if tracker is None else tracker.wrap(name, value)
 
     async def add_turn(self, turn: Any) -> None:
         """The backend's ``add_turn``; WM-001 if it waits on a held summarizer call."""
+        tracker = self._stm_tracker
+        if tracker is not None:
+            tracker.before("add_turn", (turn,))
         task = asyncio.ensure_future(self._stm_memory.add_turn(turn))
         done, _ = await asyncio.wait({task}, timeout=DEADLOCK_S)
         if not done:
@@ -163,7 +177,12 @@ class CheckedMemory:
                 stack = coroutine_stack(task)  # where it waits, before cancelling it
                 task.cancel()
                 raise PreconditionError(f"{blocked_on}\n{stack}")
-        await task  # slow for another reason: the check's own limits apply
+        try:
+            await task  # slow for another reason: the check's own limits apply
+        except Exception:
+            if tracker is not None:
+                tracker.rejected()
+            raise
         await memory_view(self)  # the window and the budget hold after every turn
 
     def _blocked_on(self, task: asyncio.Task[Any], *, waited: bool = False) -> str | None:
@@ -203,6 +222,8 @@ class CheckedMemory:
     async def flush(self) -> None:
         """The backend's ``flush``; WM-007 if it returns before the pending turns are in."""
         before = _pending_users(await self._stm_memory.get_llm_context())
+        if self._stm_tracker is not None:
+            self._stm_tracker.before("flush", ())
         task = asyncio.ensure_future(self._stm_memory.flush())
         while not task.done():
             summarizer = self._stm_summarizer
@@ -247,11 +268,17 @@ class _Memories:
         summarizer: Summarizer | None = None,
     ) -> Any:
         summarizer = ScriptedSummarizer() if summarizer is None else summarizer
+        tracker = track(config)
+        given = noting_callers(summarizer)
         memory = await self._create(
-            config, fresh_key() if key is None else key, noting_callers(summarizer)
+            config,
+            fresh_key() if key is None else key,
+            given if tracker is None else tracker.summarizer(given),
         )
         self._created.append(memory)
-        return CheckedMemory(memory, config, summarizer)
+        if tracker is not None:
+            tracker.attach(memory)
+        return CheckedMemory(memory, config, summarizer, tracker)
 
     async def close_all(self) -> None:
         failures: list[str] = []

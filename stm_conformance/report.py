@@ -45,8 +45,17 @@ PROP_PROBE = "stm_probe"
 PROP_XFAIL = "stm_xfail"
 PROP_PROBLEM = "stm_problem"
 PROP_BLAMED = "stm_blamed"
+PROP_SCENARIO = "stm_scenario"
 _STM_PROPS = frozenset(
-    {PROP_REQUIREMENT, PROP_CAPABILITY, PROP_PROBE, PROP_XFAIL, PROP_PROBLEM, PROP_BLAMED}
+    {
+        PROP_REQUIREMENT,
+        PROP_CAPABILITY,
+        PROP_PROBE,
+        PROP_XFAIL,
+        PROP_PROBLEM,
+        PROP_BLAMED,
+        PROP_SCENARIO,
+    }
 )
 
 
@@ -85,6 +94,8 @@ class CheckResult:
     #: opens with, else the check's first requirement. The check's other requirements were
     #: not concluded, not broken.
     blamed: str | None = None
+    #: The scenarios the check exercised (``dimension:value``, see ``scenarios``).
+    scenarios: tuple[str, ...] = ()
 
     def status_for(self, requirement: str) -> Status:
         """What this check says about one requirement."""
@@ -113,6 +124,7 @@ class CheckResult:
             "message": self.message,
             "duration_s": round(self.duration_s, 6),
             "blamed": self.blamed,
+            "scenarios": list(self.scenarios),
         }
 
 
@@ -179,6 +191,8 @@ class Results:
                 xfail_category=next((v for k, v in props if k == PROP_XFAIL), None),
             )
         check.duration_s += report.duration
+        if report.when == "call":
+            check.scenarios = tuple(v for k, v in props if k == PROP_SCENARIO)
         if report.failed:
             if check.outcome != "failed":
                 prefix = "\n".join(self.spec.headline(rid) for rid in check.requirements)

@@ -50,6 +50,7 @@ from .contract import (
 )
 from .model import ModelTurn, SpecModel
 from .provider import Provider
+from .scenarios import Tracker, track
 from .scripted import ScriptedSummarizer
 
 __all__ = [
@@ -159,6 +160,7 @@ class MemoryDifferential(RuleBasedStateMachine):
         self.summarizer = ScriptedSummarizer(max_chars=SUMMARY_CHARS, decide_on_release=True)
         self.summarizer.hold()
         self.sut: Any = None
+        self.tracker: Tracker | None = None
         self.model: SpecModel | None = None
         self.step = _Step("start")
         #: Index of the first summarizer call made since calls were last held.
@@ -261,10 +263,26 @@ class MemoryDifferential(RuleBasedStateMachine):
             if self.step.problem or not self.model.pending or self.model.degraded:
                 return
 
+    def _watched(self, cfg: ShortTermMemoryConfig) -> Any:
+        """The summarizer for a new instance, watched for the coverage table."""
+        self.tracker = track(cfg)
+        if self.tracker is None:
+            return self.summarizer
+        return self.tracker.summarizer(self.summarizer)
+
+    def _note(self, operation: str, *args: Any) -> None:
+        if self.tracker is None:
+            return
+        if operation == "created":
+            self.tracker.attach(self.sut)
+        else:
+            self.tracker.before(operation, args)
+
     async def _flush_and_look(self) -> set[str]:
         """``flush()``, then (before anything else runs) the turns it should have covered
         that are still pending in a memory that is not degraded (WM-007)."""
         before = _pending_users(await self.sut.get_llm_context())
+        self._note("flush")
         await self.sut.flush()
         if str(self.sut.health.value) in _DEGRADED_FAMILY:
             return set()
@@ -277,7 +295,8 @@ class MemoryDifferential(RuleBasedStateMachine):
         cfg = self.memory_config or differential_config(**variant)
         self.model = SpecModel(cfg)
         self.history.append(f"create({variant})")
-        self.sut = self._run(self.provider.create(cfg, self.key, self.summarizer))
+        self.sut = self._run(self.provider.create(cfg, self.key, self._watched(cfg)))
+        self._note("created")
 
     @rule(pad=_USER_PAD, assistant=_ASSISTANT, digest=_DIGEST)
     def add(self, pad: str, assistant: str, digest: TrajectoryDigest | None) -> None:
@@ -288,6 +307,8 @@ class MemoryDifferential(RuleBasedStateMachine):
         self.step = _Step("add_turn", health_rule="HLT-008")
         self.history.append(f"add({user!r})")
         self.model.add(t)
+
+        self._note("add_turn", t)
 
         async def go() -> None:
             await self.sut.add_turn(t)
@@ -368,6 +389,7 @@ class MemoryDifferential(RuleBasedStateMachine):
         assert self.model is not None
         self.step = _Step("restore", health_rule="SER-002")
         self.history.append("restore()")
+        self._note("to_dict")
         state = json.loads(json.dumps(self.sut.to_dict()))
         cfg = self.model.config
         # The new instance gets a summarizer of its own: a call the old one left behind
@@ -379,7 +401,10 @@ class MemoryDifferential(RuleBasedStateMachine):
         self.started_with = {}
 
         async def go() -> Any:
-            fresh = await self.provider.create(cfg, self.key, self.summarizer)
+            fresh = await self.provider.create(cfg, self.key, self._watched(cfg))
+            if self.tracker is not None:
+                self.tracker.attach(fresh)
+                self.tracker.before("from_dict", (state,))
             fresh.from_dict(state)
             await self.provider.dispose(self.sut)
             return fresh
