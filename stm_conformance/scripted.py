@@ -6,6 +6,7 @@ whichever event loop calls them (they create their events lazily, inside that lo
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import time
 from collections import deque
@@ -20,8 +21,12 @@ __all__ = ["FailureMode", "RecordingCallbacks", "ScriptedSummarizer"]
 
 #: How a scripted call fails: ``raise`` (``RuntimeError``), ``not_mapping`` (returns a list),
 #: ``no_summary`` (``{"text": ...}``), ``non_string`` (``{"summary": 123}``), ``oversize``
-#: (a summary of ``oversize_chars`` characters) or ``hang`` (never returns).
-FailureMode = Literal["raise", "not_mapping", "no_summary", "non_string", "oversize", "hang"]
+#: (a summary of ``oversize_chars`` characters), ``cancel`` (raises ``CancelledError``
+#: itself, as a client library may when its own request is cancelled) or ``hang`` (never
+#: returns).
+FailureMode = Literal[
+    "raise", "not_mapping", "no_summary", "non_string", "oversize", "cancel", "hang"
+]
 _MODES: frozenset[str] = frozenset(get_args(FailureMode))
 
 
@@ -201,6 +206,8 @@ class ScriptedSummarizer:
             return {"summary": 123}
         if mode == "oversize":
             return {"summary": "x" * self.oversize_chars}
+        if mode == "cancel":
+            raise asyncio.CancelledError("scripted summarizer cancelled itself")
         started = time.monotonic()
         self._hang_starts.append(started)
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anyio
 import pytest
 
 from stm_conformance import ScriptedSummarizer
@@ -13,6 +14,7 @@ from stm_conformance.checks import (
     config,
     eventually,
     memory_view,
+    patient,
     turn,
     turn_json,
     users,
@@ -21,6 +23,7 @@ from stm_conformance.contract import default_token_estimator
 
 req = pytest.mark.stm_requirement
 cap = pytest.mark.stm_capability
+scenario = pytest.mark.stm_scenario
 
 TRUNCATE = ["truncate_oldest", "truncate_summary"]
 
@@ -61,6 +64,7 @@ async def _check_invariants(memory: Any, cfg: Any, estimator: Any = None) -> dic
     return view
 
 
+@scenario("bound:upper")
 @req("BUD-001", "BUD-003", "BUD-008")
 @cap("truncation")
 @pytest.mark.parametrize("policy", TRUNCATE)
@@ -73,6 +77,7 @@ async def test_truncation_stays_within_budget(make_memory, policy, total):
         await _check_invariants(memory, cfg)
 
 
+@scenario("bound:lower", "bound:upper")
 @req("BUD-001", "BUD-003", "BUD-004", "BUD-008")
 @cap("truncation")
 @pytest.mark.parametrize("policy", TRUNCATE)
@@ -110,6 +115,7 @@ async def test_truncation_budget_keeps_the_newest_turns_that_fit(make_memory, po
             )
 
 
+@scenario("bound:upper")
 @req("BUD-001", "BUD-002", "BUD-003", "BUD-008")
 @cap("rolling_summary")
 @pytest.mark.parametrize("policy", TRUNCATE)
@@ -144,6 +150,7 @@ async def test_estimate_uses_the_configured_estimator(make_memory, estimator):
         await _check_invariants(memory, cfg, estimator)
 
 
+@scenario("bound:lower", "bound:upper")
 @req("BUD-004", "BUD-010", "BUD-001", "BUD-002", "BUD-003", "BUD-008")
 @cap("rolling_summary")
 async def test_truncate_oldest_hides_the_oldest_pending(make_memory, scripted_summarizer):
@@ -169,6 +176,7 @@ async def test_truncate_oldest_hides_the_oldest_pending(make_memory, scripted_su
     scripted_summarizer.release()
 
 
+@scenario("bound:upper")
 @req("BUD-005", "BUD-001", "BUD-002", "BUD-003", "BUD-008")
 @cap("rolling_summary")
 async def test_truncate_summary_shortens_the_summary_first(make_memory):
@@ -198,6 +206,7 @@ async def test_truncate_summary_shortens_the_summary_first(make_memory):
     scripted_summarizer.release()
 
 
+@scenario("direction:accept", "direction:reject", "bound:lower", "bound:upper")
 @req("BUD-006")
 @pytest.mark.parametrize(
     "strategy",
@@ -223,6 +232,7 @@ async def test_error_policy_is_atomic(
     memory = await make_memory(cfg, summarizer=scripted_summarizer)
     scripted_summarizer.hold()
     raised = False
+    accepted: list[Any] = []
     for i in range(30):
         if callbacks:
             await recording_callbacks.wait_for("turns", i)  # earlier turns' callbacks delivered
@@ -235,6 +245,13 @@ async def test_error_policy_is_atomic(
             await memory.add_turn(turn(i, pad=100))
         except stm_provider.budget_exceeded_error:
             raised = True
+            if strategy == "truncation":  # the view it refused: the newest turns, new one included
+                recent = [turn_json(t) for t in [*accepted, turn(i, pad=100)][-2:]]
+                would_be = canonical_json({"conversation_memory": {"recent_turns": recent}})
+                assert default_token_estimator(would_be) > cfg.budget.total_max_tokens, (
+                    f"BUD-006: add_turn raised although the view with the turn fits "
+                    f"({default_token_estimator(would_be)} <= {cfg.budget.total_max_tokens})"
+                )
             if callbacks:
                 await recording_callbacks.settle()
             assert await memory.get_llm_context() == before_view, "view changed on error"
@@ -246,6 +263,7 @@ async def test_error_policy_is_atomic(
             assert len(recording_callbacks.turns) == before_turns, "on_turn_added ran on error"
             assert len(scripted_summarizer.calls) == before_calls, "summarizer ran on error"
             break
+        accepted.append(turn(i, pad=100))
         assert memory.estimate_tokens() <= cfg.budget.total_max_tokens, (
             "the error policy let the view exceed total_max_tokens instead of raising"
         )
@@ -253,6 +271,42 @@ async def test_error_policy_is_atomic(
     scripted_summarizer.release()
 
 
+@scenario("direction:accept", "bound:lower")
+@req("BUD-007", "HLT-007")
+@cap("rolling_summary")
+async def test_a_summary_of_exactly_summary_max_tokens_is_installed(make_memory):
+    """The other side of BUD-007: a summary at the limit (not over it) is a success, even
+    made of non-ASCII text, and is installed whole."""
+    limit = 30
+    summary = "é" * (limit * 4 - 1)  # the estimator counts characters: exactly `limit`
+    assert default_token_estimator(summary) == limit, "check setup"
+    assert default_token_estimator(summary + "é") == limit + 1, "check setup"
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        return {"summary": summary}
+
+    cfg = config(
+        full_zone_turns=1, summary_max_tokens=limit, total_max_tokens=500, retry_backoff_base_s=5.0
+    )
+    memory = await make_memory(cfg, summarizer=summarizer)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    view = await memory_view(memory)
+    with anyio.move_on_after(patient(5)):
+        while not view.get("summary") and memory.health.value == "healthy":
+            await anyio.sleep(0.01)
+            view = await memory_view(memory)
+    assert memory.health.value == "healthy", (
+        f"BUD-007: a summary of exactly summary_max_tokens={limit} tokens was treated as a "
+        f"failure (health {memory.health.value!r})"
+    )
+    assert view.get("summary") == summary, (
+        f"BUD-007: a summary of exactly summary_max_tokens={limit} tokens was not installed "
+        f"whole: {view.get('summary')!r:.80}"
+    )
+
+
+@scenario("direction:reject", "bound:upper")
 @req("BUD-007", "HLT-007")
 @cap("rolling_summary")
 async def test_oversize_summary_is_a_failure(make_memory, scripted_summarizer):
@@ -270,13 +324,27 @@ async def test_oversize_summary_is_a_failure(make_memory, scripted_summarizer):
     assert users(view.get("pending_turns")) == ["u0"], f"HLT-003: RETRY keeps pending: {view}"
 
 
+@scenario("direction:accept", "direction:reject", "bound:lower", "bound:upper")
 @req("BUD-009")
 @cap("truncation")
 async def test_unsatisfiable_budget_is_rejected(make_memory):
-    with pytest.raises(ValueError):
-        await make_memory(config("truncation", total_max_tokens=2, summary_max_tokens=1))
+    """The limit is the empty view's own size: one token less is refused, exactly it is
+    accepted (the empty view ``{"conversation_memory":{"recent_turns":[]}}``)."""
+    empty = {"conversation_memory": {"recent_turns": []}}
+    least = default_token_estimator(canonical_json(empty))
+    for total in (2, least - 1):
+        with pytest.raises(ValueError):
+            await make_memory(config("truncation", total_max_tokens=total, summary_max_tokens=1))
+    try:
+        await make_memory(config("truncation", total_max_tokens=least, summary_max_tokens=1))
+    except ValueError as exc:
+        raise AssertionError(
+            f"BUD-009: total_max_tokens={least} fits the empty view ({least} tokens) but the "
+            f"memory refused it: {exc}"
+        ) from exc
 
 
+@scenario("direction:reject", "bound:upper")
 @req("BUD-007", "BUD-001")
 @cap("rolling_summary")
 async def test_error_policy_refuses_a_summary_that_overflows_the_total(make_memory):

@@ -11,6 +11,7 @@ from stm_conformance.checks import config, eventually, memory_view, patient, tur
 
 pytestmark = [pytest.mark.stm_capability("rolling_summary")]
 req = pytest.mark.stm_requirement
+scenario = pytest.mark.stm_scenario
 
 INVALID_MODES = ["raise", "not_mapping", "no_summary", "non_string", "oversize", "hang"]
 
@@ -22,6 +23,7 @@ async def test_new_memory_is_healthy(make_memory):
     assert isinstance(memory.health, str), "health must be a str enum"
 
 
+@scenario("bound:lower", "bound:upper")
 @req("HLT-002", "HLT-004")
 async def test_failure_retries_by_itself_then_recovers(make_memory, scripted_summarizer):
     cfg = config(full_zone_turns=1, retry_attempts=3, retry_backoff_base_s=0.02)
@@ -58,6 +60,7 @@ async def test_retry_keeps_summary_and_pending(make_memory, scripted_summarizer)
     assert users(view.get("pending_turns")) == ["u1", "u2"], view
 
 
+@scenario("bound:lower", "bound:upper")
 @req("HLT-004")
 @pytest.mark.parametrize("attempts", [0, 2])
 async def test_degrades_after_retries_are_exhausted(make_memory, scripted_summarizer, attempts):
@@ -75,6 +78,7 @@ async def test_degrades_after_retries_are_exhausted(make_memory, scripted_summar
     assert set(view) == {"recent_turns"}, f"DEGRADED shows recent turns only: {view}"
 
 
+@scenario("bound:lower", "bound:upper")
 @req("HLT-005")
 async def test_degraded_backlog_is_bounded_and_counted(
     make_memory, scripted_summarizer, stm_capabilities
@@ -105,6 +109,7 @@ async def test_degraded_backlog_is_bounded_and_counted(
     )
 
 
+@scenario("bound:lower", "bound:upper")
 @req("HLT-006")
 async def test_recovery_is_rate_limited_and_returns_to_healthy(
     make_memory, scripted_summarizer, recording_callbacks, stm_capabilities
@@ -141,6 +146,28 @@ async def test_recovery_is_rate_limited_and_returns_to_healthy(
     assert (await memory_view(memory)).get("summary"), "recovery installs a summary"
 
 
+@req("HLT-002", "HLT-008")
+async def test_a_summarizer_raising_cancelled_error_is_a_failed_call(
+    make_memory, scripted_summarizer
+):
+    """A client library may raise ``CancelledError`` from a request the memory did not
+    cancel. That is one failed call: RETRY, a retry by itself, HEALTHY again; not a
+    stopped worker and not an error for callers."""
+    cfg = config(full_zone_turns=1, retry_attempts=3, retry_backoff_base_s=0.02)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_next(1, mode="cancel")
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await scripted_summarizer.wait_for_calls(2)
+    await eventually(
+        lambda: memory.health.value == "healthy", what="HEALTHY after the retry succeeded"
+    )
+    await memory.add_turn(turn(2))
+    view = await memory_view(memory)
+    assert view.get("summary"), f"the retried call's summary is installed: {view}"
+
+
+@scenario("direction:reject")
 @req("HLT-007")
 @pytest.mark.parametrize("mode", INVALID_MODES)
 async def test_invalid_output_is_a_failure(make_memory, scripted_summarizer, mode):

@@ -15,6 +15,7 @@ from stm_conformance.contract import MemoryIsolation, MemoryKey
 
 req = pytest.mark.stm_requirement
 cap = pytest.mark.stm_capability
+scenario = pytest.mark.stm_scenario
 
 #: Pairs of distinct keys that a careless storage-key encoding merges: separators inside
 #: parts, escape-sequence twins, case and Unicode-normalisation twins, empty and very long
@@ -132,6 +133,7 @@ async def test_shared_store_keeps_keys_apart(make_memory, stm_provider, stm_stor
     assert _marker_free(await memory_view(b), "u7xxxx"), "hydrate loaded another key's state"
 
 
+@scenario("direction:accept", "direction:reject")
 @req("KEY-007")
 @cap("serialization")
 @pytest.mark.stm_capability("truncation")
@@ -144,6 +146,12 @@ async def test_from_dict_refuses_another_keys_state(make_memory):
     with pytest.raises(ValueError):
         b.from_dict(a.to_dict())
     assert await memory_view(b) == before, "a refused load changed the memory"
+    # The other side: a state loads into a memory of its own key (same parts, new object).
+    twin = await make_memory(cfg, key=MemoryKey("t", "u", "a"))
+    twin.from_dict(a.to_dict())
+    assert await memory_view(twin) == await memory_view(a), (
+        "KEY-007: a state was not loaded into a memory of the key it records"
+    )
 
 
 @req("KEY-007")
@@ -204,6 +212,7 @@ def test_keys_come_from_tool_context_dotted_paths(stm_provider):
     assert got == MemoryKey("acme", "ann", "c9"), f"a tool_context that is an object resolved {got}"
 
 
+@scenario("direction:accept", "direction:reject")
 @req("KEY-005")
 @cap("key_resolution")
 @pytest.mark.parametrize("session", [None, "", "   "])
@@ -216,12 +225,17 @@ def test_defaults_only_with_a_session(stm_provider, session):
     )
 
 
+@scenario("direction:accept", "direction:reject")
 @req("KEY-006")
 @cap("key_resolution")
 def test_nothing_resolvable_disables_memory(stm_provider):
     resolve = _resolver(stm_provider)
     assert resolve(MemoryIsolation(require_explicit_key=True), None, {}) is None
     assert resolve(MemoryIsolation(require_explicit_key=True), None, None) is None
+    # The other side: a fully resolvable tool_context still gives its key.
+    ctx = {"tenant_id": "t", "user_id": "u", "session_id": "s"}
+    got = resolve(MemoryIsolation(require_explicit_key=True), None, ctx)
+    assert got == MemoryKey("t", "u", "s"), f"a resolvable tool_context was refused: {got}"
 
 
 @req("KEY-001")

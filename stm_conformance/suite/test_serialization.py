@@ -24,6 +24,7 @@ from stm_conformance.contract import (
 from stm_conformance.fixtures import CheckedMemory
 
 req = pytest.mark.stm_requirement
+scenario = pytest.mark.stm_scenario
 cap = pytest.mark.stm_capability
 pytestmark = [cap("serialization")]
 
@@ -133,6 +134,7 @@ def _mutations(valid: dict[str, Any]) -> st.SearchStrategy[Any]:
     return JSON | drop | retype | bad_turn
 
 
+@scenario("direction:accept", "direction:reject")
 @req("SER-003")
 @pytest.mark.stm_capability("rolling_summary")
 async def test_malformed_input_raises_value_error_and_changes_nothing(
@@ -255,6 +257,7 @@ def _v1_turn(t: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@scenario("direction:accept")
 @req("SER-004")
 @pytest.mark.parametrize("name", _v1_fixtures())
 async def test_penguiflow_v1_states_load(make_memory, stm_capabilities, name):

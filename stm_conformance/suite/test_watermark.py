@@ -20,6 +20,7 @@ from stm_conformance.checks import (
 
 pytestmark = [pytest.mark.stm_capability("rolling_summary")]
 req = pytest.mark.stm_requirement
+scenario = pytest.mark.stm_scenario
 
 
 class GatedSummarizer:
@@ -53,6 +54,7 @@ class GatedSummarizer:
             gate.set()
 
 
+@scenario("bound:upper")
 @req("WM-001")
 async def test_add_turn_does_not_wait_for_the_summarizer(make_memory, scripted_summarizer):
     memory = await make_memory(config(full_zone_turns=1), summarizer=scripted_summarizer)
@@ -230,6 +232,7 @@ async def test_flush_returns_at_once_for_other_strategies(make_memory):
         await memory.flush()
 
 
+@scenario("bound:upper")
 @req("WM-008", "HLT-007")
 async def test_flush_does_not_hang_on_a_hung_summarizer(make_memory, scripted_summarizer):
     cfg = config(full_zone_turns=1, retry_attempts=1, summarizer_timeout_s=0.05)
@@ -240,3 +243,30 @@ async def test_flush_does_not_hang_on_a_hung_summarizer(make_memory, scripted_su
     with anyio.fail_after(patient(5)):
         await memory.flush()
     assert memory.health.value == "degraded", "a hung call must count as a failure"
+
+
+@scenario("bound:lower")
+@req("WM-008")
+async def test_a_slow_call_within_the_timeout_is_not_abandoned(make_memory):
+    """The other side of WM-008: only a call running *longer* than
+    ``summarizer_timeout_s`` fails; a slow but valid answer within it is installed."""
+    slow_s = 0.3
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        await asyncio.sleep(slow_s)
+        return {"summary": ",".join(t["user"] for t in payload["turns"])}
+
+    cfg = config(full_zone_turns=1, summarizer_timeout_s=slow_s * 6, retry_backoff_base_s=30.0)
+    memory = await make_memory(cfg, summarizer=summarizer)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    view = await memory_view(memory)
+    with anyio.move_on_after(patient(5)):
+        while not view.get("summary") and memory.health.value == "healthy":
+            await anyio.sleep(0.02)
+            view = await memory_view(memory)
+    assert memory.health.value == "healthy" and view.get("summary") == "u0", (
+        f"WM-008: a call answering in {slow_s}s, within summarizer_timeout_s="
+        f"{cfg.summarizer_timeout_s}, was not installed (health {memory.health.value!r}, "
+        f"view {view})"
+    )
