@@ -45,7 +45,7 @@ from reference_impl.health import HealthMachine, Transition
 from reference_impl.inputs import check_turn
 from reference_impl.memory import call_summarizer, saved_for
 
-from . import scripts
+from . import scripts, state_json
 from .errors import RedisContentionError, RedisMemoryError, RedisUnavailableError
 from .keys import DEFAULT_NAMESPACE, SessionKeys
 
@@ -165,7 +165,7 @@ class RedisShortTermMemory:
         self._summarizer = summarizer
         self._keys = SessionKeys.for_key(namespace, key)
         self._budget = Budget.for_config(config)
-        self._config_text = schema.config_json(config)
+        self._config_text = state_json.config_json(config)
         self._ttl_ms = str(round(ttl_s * 1000)) if ttl_s is not None else "0"
         self._lease_ms = str(max(1, round(lease_ttl_s * 1000)))
         self._lease_s = lease_ttl_s
@@ -455,7 +455,9 @@ class RedisShortTermMemory:
         return shown[2]
 
     def _encode(self, state: MemoryState) -> str:
-        body = schema.dump_json(state, self._config, self._turn_text, config_text=self._config_text)
+        body = state_json.dump_json(
+            state, self._config, self._turn_text, config_text=self._config_text
+        )
         stored = "true" if state.stored else "false"
         not_before = _json_float(state.health.not_before)
         texts = self._turn_texts
@@ -469,7 +471,7 @@ class RedisShortTermMemory:
         hit = self._turn_texts.get(id(entry))
         if hit is not None and hit[0] is entry:
             return hit[1]
-        text = schema.turn_json(entry)
+        text = state_json.turn_json(entry)
         self._turn_texts[id(entry)] = (entry, text)
         return text
 
