@@ -172,6 +172,29 @@ async def test_hydrate_refuses_state_saved_under_another_key(make_memory, stm_pr
     assert _marker_free(await memory_view(b), "u3xxxxxx"), "hydrate grafted another key's state"
 
 
+@req("KEY-007")
+@cap("persistence")
+@pytest.mark.stm_capability("truncation")
+async def test_hydrate_refuses_a_state_under_a_storage_key_it_was_not_saved_under(
+    make_memory, stm_provider, stm_store
+):
+    """The same memory's own state, copied to a storage key no memory derives: a state
+    belongs to the store key it was saved under too."""
+    cfg = config("truncation", full_zone_turns=3)
+    key = MemoryKey("t", "u", "moved")
+    where = stm_provider.key_for_storage(key)
+    a = await make_memory(cfg, key=key)
+    await a.add_turn(turn(5, pad=6))
+    await a.persist(stm_store, where)
+    elsewhere = f"{where}-copy"
+    await stm_store.save_memory_state(elsewhere, await stm_store.load_memory_state(where))
+    b = await make_memory(cfg, key=key)
+    await b.hydrate(stm_store, elsewhere)
+    assert _marker_free(await memory_view(b), "u5xxxxxx"), (
+        "KEY-007: hydrate loaded a state from a store key it was not saved under"
+    )
+
+
 # -- resolution (KEY-003..006): backends that resolve keys expose ``resolve_key`` ----------
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from stm_conformance import ScriptedSummarizer
 from stm_conformance._deadline import noting_callers
-from stm_conformance.checks import config, memory_view, turn
+from stm_conformance.checks import config, memory_view, patient, turn
 from stm_conformance.contract import (
     MemoryBudget,
     MemoryKey,
@@ -218,6 +218,81 @@ async def test_round_trip_keeps_a_failing_health(make_memory, health):
     clone.from_dict(state)
     assert await _observe(clone) == expected, f"a {health} memory does not round-trip"
     clone_summarizer.release()
+
+
+@req("SER-002")
+@cap("rolling_summary")
+@pytest.mark.parametrize("health", ["retry", "degraded"])
+async def test_a_restored_failing_memory_recovers_by_itself(make_memory, health):
+    """A restored state is checked through what the memory does next, not only at once: a
+    memory restored in RETRY retries by itself (HLT-002), one restored in DEGRADED with a
+    backlog attempts recovery by itself (HLT-006), and either reaches HEALTHY with a summary
+    of the turns it held; the count of dropped turns survives the round trip (HLT-005)."""
+    cfg = config(
+        full_zone_turns=1,
+        retry_attempts=0 if health == "degraded" else 2,
+        retry_backoff_base_s=0.2,
+        degraded_retry_interval_s=0.2,
+        recovery_backlog_limit=2,
+    )
+    failing = ScriptedSummarizer()
+    failing.fail_always("raise")
+    key = MemoryKey("t", "u", f"restored-{health}")
+    memory = await make_memory(cfg, key=key, summarizer=failing)
+    for i in range(2):
+        await memory.add_turn(turn(i))
+    await failing.wait_for_calls(1)
+    with anyio.move_on_after(patient(2)):
+        while memory.health.value != health:  # noqa: ASYNC110 - polling a property
+            await anyio.sleep(0.005)
+    rule = "HLT-004" if health == "degraded" else "HLT-002"
+    assert memory.health.value == health, f"{rule}: no {health} (precondition)"
+    failing.hold()  # no call of the original runs while the state is taken
+    if health == "degraded":
+        for i in range(2, 6):  # a backlog of 2, and 2 more turns dropped
+            await memory.add_turn(turn(i))
+    state = json.loads(json.dumps(memory.to_dict()))
+    clone_summarizer = ScriptedSummarizer()
+    clone = await make_memory(cfg, key=key, summarizer=clone_summarizer)
+    clone.from_dict(state)
+    assert clone.to_dict().get("dropped_turns") == state.get("dropped_turns"), (
+        "SER-002: dropped_turns changed in the round trip"
+    )
+    with anyio.move_on_after(patient(5)):
+        while clone.health.value != "healthy" or not clone_summarizer.completed:  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+    assert clone.health.value == "healthy" and clone_summarizer.completed, (
+        f"SER-002: a memory restored in {health.upper()} made {len(clone_summarizer.calls)} "
+        f"summarizer call(s) by itself and is {clone.health.value!r}: restored, it must "
+        f"{'retry' if health == 'retry' else 'attempt recovery'} on its own as the original "
+        "would have"
+    )
+    assert (await memory_view(clone)).get("summary"), "SER-002: no summary after recovery"
+    failing.release()
+
+
+@scenario("bound:upper")
+@req("BUD-003", "WM-002")
+@cap("rolling_summary")
+async def test_a_state_loaded_into_a_smaller_window_evicts_to_pending(make_memory):
+    """Recent holds at most ``full_zone_turns`` after every operation, ``from_dict``
+    included; turns a smaller window cannot hold are evicted, so they become pending."""
+    key = MemoryKey("t", "u", "window")
+    held = ScriptedSummarizer()
+    held.hold()
+    wide = await make_memory(config(full_zone_turns=3), key=key, summarizer=held)
+    for i in range(3):
+        await wide.add_turn(turn(i))
+    narrow = await make_memory(config(full_zone_turns=1), key=key, summarizer=held)
+    narrow.from_dict(json.loads(json.dumps(wide.to_dict())))
+    view = await memory_view(narrow)
+    recent = [t.get("user") for t in view.get("recent_turns", [])]
+    pending = [t.get("user") for t in view.get("pending_turns", [])]
+    assert recent == ["u2"], f"BUD-003: recent after loading into a window of 1: {recent}"
+    assert pending == ["u0", "u1"], (
+        f"WM-002: turns the smaller window evicted must be pending: {pending}"
+    )
+    held.release()
 
 
 @req("BUD-002", "SER-004")
