@@ -20,6 +20,7 @@ from stm_conformance.checks import (
     users,
 )
 from stm_conformance.contract import default_token_estimator
+from stm_conformance.model import SpecModel
 
 req = pytest.mark.stm_requirement
 cap = pytest.mark.stm_capability
@@ -150,6 +151,26 @@ async def test_estimate_uses_the_configured_estimator(make_memory, estimator):
         await _check_invariants(memory, cfg, estimator)
 
 
+@req("BUD-008", "BUD-001", "BUD-002", "BUD-003")
+@cap("rolling_summary")
+@pytest.mark.parametrize("estimator", [_words, lambda s: len(s) // 3 + 2], ids=["words", "len3"])
+@pytest.mark.parametrize("total", [0, 120])
+async def test_estimate_with_pending_turns_uses_the_configured_estimator(
+    make_memory, scripted_summarizer, estimator, total
+):
+    """The same with pending turns in the view (a call held), limited or not."""
+    cfg = config(
+        full_zone_turns=1, total_max_tokens=total, summary_max_tokens=20, token_estimator=estimator
+    )
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.hold()
+    for i in range(6):
+        await memory.add_turn(turn(i, pad=i * 3, digest=i % 2 == 0))
+        await _check_invariants(memory, cfg, estimator)
+    assert (await memory_view(memory)).get("pending_turns"), "check setup: no pending turn"
+    scripted_summarizer.release()
+
+
 @scenario("bound:lower", "bound:upper")
 @req("BUD-004", "BUD-010", "BUD-001", "BUD-002", "BUD-003", "BUD-008")
 @cap("rolling_summary")
@@ -172,6 +193,34 @@ async def test_truncate_oldest_hides_the_oldest_pending(make_memory, scripted_su
         tokens = default_token_estimator(canonical_json({"conversation_memory": bigger}))
         assert tokens > cfg.budget.total_max_tokens, (
             "BUD-010: a hidden pending turn would have fitted"
+        )
+    scripted_summarizer.release()
+
+
+@scenario("bound:lower", "bound:upper")
+@req("BUD-010", "BUD-004", "BUD-001")
+@cap("rolling_summary")
+@pytest.mark.parametrize("policy", TRUNCATE)
+async def test_many_pending_turns_of_varied_sizes(make_memory, scripted_summarizer, policy):
+    """Forty pending turns of uneven sizes while every call is held: after each turn the
+    visible pending turns are exactly the kit model's, the longest run of newest pending
+    turns that fits (no more, and no fewer)."""
+    cfg = config(
+        full_zone_turns=2, total_max_tokens=400, summary_max_tokens=50, overflow_policy=policy
+    )
+    model = SpecModel(cfg)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.hold()
+    for i in range(40):
+        t = turn(i, pad=(i * 37) % 90)
+        model.add(t)
+        await memory.add_turn(t)
+        got = (await memory_view(memory)).get("pending_turns") or []
+        want = [m.rendered for m in model.visible_pending]
+        assert got == want, (
+            f"BUD-010: after u{i} the view shows {len(got)} pending turns "
+            f"({users(got)[:1]}...), the spec {len(want)} ({users(want)[:1]}...): the "
+            "longest run of newest pending turns that fits"
         )
     scripted_summarizer.release()
 
@@ -306,6 +355,59 @@ async def test_a_summary_of_exactly_summary_max_tokens_is_installed(make_memory)
     )
 
 
+@scenario("direction:accept", "bound:lower")
+@req("BUD-006")
+@cap("truncation")
+async def test_error_policy_accepts_a_view_of_exactly_the_limit(make_memory, stm_provider):
+    """``error`` raises when the view *would exceed* ``total_max_tokens``: a view of exactly
+    the limit is accepted, one token more is refused; with no limit (0) nothing is."""
+    first, second = turn(0, pad=30), turn(1, pad=30)
+
+    def size(turns: list[Any]) -> int:
+        recent = [turn_json(t) for t in turns]
+        return default_token_estimator(
+            canonical_json({"conversation_memory": {"recent_turns": recent}})
+        )
+
+    exact = size([first, second])
+    memory = await make_memory(
+        config(
+            "truncation",
+            full_zone_turns=2,
+            total_max_tokens=exact,
+            summary_max_tokens=1,
+            overflow_policy="error",
+        )
+    )
+    try:
+        await memory.add_turn(first)
+        await memory.add_turn(second)
+    except stm_provider.budget_exceeded_error as exc:
+        raise AssertionError(
+            f"BUD-006: a view of exactly total_max_tokens={exact} was refused: {exc}"
+        ) from exc
+    tight = await make_memory(
+        config(
+            "truncation",
+            full_zone_turns=2,
+            total_max_tokens=exact - 1,
+            summary_max_tokens=1,
+            overflow_policy="error",
+        )
+    )
+    await tight.add_turn(first)
+    with pytest.raises(stm_provider.budget_exceeded_error):
+        await tight.add_turn(second)
+    unlimited = await make_memory(
+        config("truncation", full_zone_turns=2, total_max_tokens=0, overflow_policy="error")
+    )
+    try:
+        for i in range(4):
+            await unlimited.add_turn(turn(i, pad=400))
+    except stm_provider.budget_exceeded_error as exc:
+        raise AssertionError(f"BUD-006: total_max_tokens=0 sets no limit, yet: {exc}") from exc
+
+
 @scenario("direction:reject", "bound:upper")
 @req("BUD-007", "HLT-007")
 @cap("rolling_summary")
@@ -335,6 +437,14 @@ async def test_unsatisfiable_budget_is_rejected(make_memory):
     for total in (2, least - 1):
         with pytest.raises(ValueError):
             await make_memory(config("truncation", total_max_tokens=total, summary_max_tokens=1))
+    # Strategy none shows the empty mapping whatever it is given: any budget fits it.
+    try:
+        await make_memory(config("none", total_max_tokens=2, summary_max_tokens=1))
+    except ValueError as exc:
+        raise AssertionError(
+            f"BUD-009: strategy none's view is {{}}, within total_max_tokens=2, but the "
+            f"memory refused the budget: {exc}"
+        ) from exc
     try:
         await make_memory(config("truncation", total_max_tokens=least, summary_max_tokens=1))
     except ValueError as exc:

@@ -31,6 +31,19 @@ async def test_turn_added_once_per_turn_in_order(make_memory, recording_callback
     assert [t.user_message for t in recording_callbacks.turns] == [f"u{i}" for i in range(5)]
 
 
+@req("CB-001")
+async def test_no_turn_callback_under_strategy_none(make_memory, recording_callbacks):
+    """``on_turn_added`` runs once per *stored* turn; strategy ``none`` stores none."""
+    memory = await make_memory(config("none", **recording_callbacks.config_kwargs()))
+    for i in range(3):
+        await memory.add_turn(turn(i))
+    await recording_callbacks.settle()
+    assert recording_callbacks.turns == [], (
+        f"CB-001: on_turn_added ran {len(recording_callbacks.turns)} time(s) under strategy "
+        "none, which stores no turn (STR-001)"
+    )
+
+
 @req("CB-002")
 @pytest.mark.stm_capability("rolling_summary")
 async def test_summary_updated_once_per_summary(

@@ -83,6 +83,28 @@ async def test_degrades_after_retries_are_exhausted(make_memory, scripted_summar
     assert set(view) == {"recent_turns"}, f"DEGRADED shows recent turns only: {view}"
 
 
+@req("HLT-004")
+async def test_failures_are_counted_afresh_after_a_success(make_memory, scripted_summarizer):
+    """A success ends a failure episode: the next episode again gets the first attempt and
+    ``retry_attempts`` retries before DEGRADED."""
+    cfg = config(full_zone_turns=1, retry_attempts=1, retry_backoff_base_s=0.01)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_next(1, mode="raise")
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await scripted_summarizer.wait_for_calls(2)
+    await eventually(lambda: memory.health.value == "healthy", what="HEALTHY after the retry")
+    before = len(scripted_summarizer.calls)
+    scripted_summarizer.fail_always("raise")
+    await memory.add_turn(turn(2))
+    await eventually(lambda: memory.health.value == "degraded", what="DEGRADED")
+    calls = len(scripted_summarizer.calls) - before
+    assert calls == cfg.retry_attempts + 1, (
+        f"HLT-004: after a success, {calls} failed call(s) led to DEGRADED; the new episode "
+        f"gets the first attempt and {cfg.retry_attempts} retry"
+    )
+
+
 @scenario("bound:lower", "bound:upper")
 @req("HLT-005")
 async def test_degraded_backlog_is_bounded_and_counted(
@@ -112,6 +134,12 @@ async def test_degraded_backlog_is_bounded_and_counted(
     assert users(recovery["turns"]) == ["u6", "u7", "u8"], (
         f"the backlog keeps the newest {cfg.recovery_backlog_limit} turns: {recovery['turns']}"
     )
+    if "serialization" in stm_capabilities:
+        dropped = memory.to_dict().get("dropped_turns")
+        assert dropped == 6, (
+            f"the 6 turns dropped stay counted after the recovery covered the backlog: "
+            f"dropped_turns={dropped}"
+        )
 
 
 @scenario("bound:lower", "bound:upper")

@@ -226,8 +226,9 @@ async def test_round_trip_keeps_a_failing_health(make_memory, health):
 async def test_a_restored_failing_memory_recovers_by_itself(make_memory, health):
     """A restored state is checked through what the memory does next, not only at once: a
     memory restored in RETRY retries by itself (HLT-002), one restored in DEGRADED with a
-    backlog attempts recovery by itself (HLT-006), and either reaches HEALTHY with a summary
-    of the turns it held; the count of dropped turns survives the round trip (HLT-005)."""
+    backlog attempts recovery by itself (HLT-006), and either, its first call failing
+    again, goes on to reach HEALTHY with a summary of the turns it held; the count of
+    dropped turns survives the round trip (HLT-005)."""
     cfg = config(
         full_zone_turns=1,
         retry_attempts=0 if health == "degraded" else 2,
@@ -253,6 +254,7 @@ async def test_a_restored_failing_memory_recovers_by_itself(make_memory, health)
             await memory.add_turn(turn(i))
     state = json.loads(json.dumps(memory.to_dict()))
     clone_summarizer = ScriptedSummarizer()
+    clone_summarizer.fail_next(1, mode="raise")  # its first call fails too: it goes on alone
     clone = await make_memory(cfg, key=key, summarizer=clone_summarizer)
     clone.from_dict(state)
     assert clone.to_dict().get("dropped_turns") == state.get("dropped_turns"), (
