@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import anyio
 import pytest
 
+from stm_conformance import ScriptedSummarizer
 from stm_conformance.checks import (
     config,
     eventually,
@@ -17,6 +19,7 @@ from stm_conformance.checks import (
     turn,
     users,
 )
+from stm_conformance.contract import MemoryKey
 
 pytestmark = [pytest.mark.stm_capability("rolling_summary")]
 req = pytest.mark.stm_requirement
@@ -152,6 +155,67 @@ async def test_at_most_one_call_in_flight(make_memory):
         memory.flush(), what="WM-007: flush() with every summarizer call succeeding"
     )
     assert peak == 1, f"{peak} summarizer calls overlapped"
+
+
+@req("WM-004")
+async def test_at_most_one_call_in_flight_across_a_from_dict(make_memory):
+    """``from_dict`` while a call is in flight: from then on, still one call at a time."""
+    active = 0
+    peak = 0
+    gate = asyncio.Event()
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        try:
+            await gate.wait()
+            await asyncio.sleep(0.005)
+        finally:
+            active -= 1
+        return {"summary": ",".join(t["user"] for t in payload["turns"])}
+
+    memory = await make_memory(config(full_zone_turns=1), summarizer=summarizer)
+    for i in range(3):
+        await memory.add_turn(turn(i))
+    await eventually(lambda: active == 1, what="a summarizer call in flight")
+    memory.from_dict(json.loads(json.dumps(memory.to_dict())))
+    for i in range(3, 8):
+        await memory.add_turn(turn(i))
+        await asyncio.sleep(0.002)
+    gate.set()
+    await returns_within(
+        memory.flush(), what="WM-007: flush() with every summarizer call succeeding"
+    )
+    assert peak == 1, f"{peak} summarizer calls overlapped after from_dict during a call"
+
+
+@req("WM-006", "WM-004")
+@pytest.mark.stm_capability("serialization")
+async def test_pending_turns_the_budget_hides_survive_a_round_trip(make_memory):
+    """Pending turns hidden by the budget are still pending (WM-006): restored into a
+    fresh memory, every one of them still reaches a summarizer call."""
+    held = ScriptedSummarizer()
+    held.hold()
+    cfg = config(full_zone_turns=1, total_max_tokens=90, summary_max_tokens=20)
+    key = MemoryKey("t", "u", "hidden-pending")
+    memory = await make_memory(cfg, key=key, summarizer=held)
+    for i in range(8):
+        await memory.add_turn(turn(i, pad=12))
+    shown = users((await memory_view(memory)).get("pending_turns"))
+    assert len(shown) < 7, f"check setup: the budget hides no pending turn ({shown})"
+    state = json.loads(json.dumps(memory.to_dict()))
+    sent = ScriptedSummarizer()
+    clone = await make_memory(cfg, key=key, summarizer=sent)
+    clone.from_dict(state)
+    await returns_within(clone.flush(), what="WM-007: flush() of the restored memory")
+    delivered = [u for call in sent.calls for u in users(call["turns"])]
+    missing = [f"u{i}" + "x" * 12 for i in range(7) if f"u{i}" + "x" * 12 not in delivered]
+    assert not missing, (
+        f"WM-006: pending turns the budget hid were lost in the round trip: {missing} never "
+        "reached a summarizer call after from_dict"
+    )
+    held.release()
 
 
 @req("WM-005")
