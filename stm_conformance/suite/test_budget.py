@@ -215,7 +215,8 @@ async def test_many_pending_turns_of_varied_sizes(make_memory, scripted_summariz
         t = turn(i, pad=(i * 37) % 90)
         model.add(t)
         await memory.add_turn(t)
-        got = (await memory_view(memory)).get("pending_turns") or []
+        # The estimate first: a backend measuring another text trims by it (BUD-008).
+        got = (await _check_invariants(memory, cfg)).get("pending_turns") or []
         want = [m.rendered for m in model.visible_pending]
         assert got == want, (
             f"BUD-010: after u{i} the view shows {len(got)} pending turns "
@@ -386,16 +387,16 @@ async def test_error_policy_accepts_a_view_of_exactly_the_limit(make_memory, stm
         raise AssertionError(
             f"BUD-006: a view of exactly total_max_tokens={exact} was refused: {exc}"
         ) from exc
-    tight = await make_memory(
-        config(
-            "truncation",
-            full_zone_turns=2,
-            total_max_tokens=exact - 1,
-            summary_max_tokens=1,
-            overflow_policy="error",
-        )
+    tight_cfg = config(
+        "truncation",
+        full_zone_turns=2,
+        total_max_tokens=exact - 1,
+        summary_max_tokens=1,
+        overflow_policy="error",
     )
+    tight = await make_memory(tight_cfg)
     await tight.add_turn(first)
+    await _check_invariants(tight, tight_cfg)  # measured as the spec measures (BUD-008)
     with pytest.raises(stm_provider.budget_exceeded_error):
         await tight.add_turn(second)
     unlimited = await make_memory(

@@ -260,9 +260,21 @@ async def test_a_restored_failing_memory_recovers_by_itself(make_memory, health)
     assert clone.to_dict().get("dropped_turns") == state.get("dropped_turns"), (
         "SER-002: dropped_turns changed in the round trip"
     )
+    # The original goes on too, its calls now succeeding: if it does not heal by itself
+    # either, the memory never did (HLT-002/HLT-006), whatever the round trip.
+    failing.succeed()
+    failing.release()
     with anyio.move_on_after(patient(5)):
-        while clone.health.value != "healthy" or not clone_summarizer.completed:  # noqa: ASYNC110
+        while not all(  # noqa: ASYNC110 - polling two memories' properties
+            (m.health.value == "healthy" and s.completed)
+            for m, s in ((clone, clone_summarizer), (memory, failing))
+        ):
             await anyio.sleep(0.01)
+    own = "HLT-002" if health == "retry" else "HLT-006"
+    assert memory.health.value == "healthy" and failing.completed, (
+        f"{own}: the original memory, in {health.upper()}, did not heal by itself either "
+        f"once its summarizer succeeded (precondition)"
+    )
     assert clone.health.value == "healthy" and clone_summarizer.completed, (
         f"SER-002: a memory restored in {health.upper()} made {len(clone_summarizer.calls)} "
         f"summarizer call(s) by itself and is {clone.health.value!r}: restored, it must "
@@ -270,7 +282,6 @@ async def test_a_restored_failing_memory_recovers_by_itself(make_memory, health)
         "would have"
     )
     assert (await memory_view(clone)).get("summary"), "SER-002: no summary after recovery"
-    failing.release()
 
 
 @scenario("bound:upper")
