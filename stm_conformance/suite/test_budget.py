@@ -218,6 +218,8 @@ async def test_many_pending_turns_of_varied_sizes(make_memory, scripted_summariz
         # The estimate first: a backend measuring another text trims by it (BUD-008).
         got = (await _check_invariants(memory, cfg)).get("pending_turns") or []
         want = [m.rendered for m in model.visible_pending]
+        if got != want and sorted(users(got)) == sorted(users(want)):
+            raise AssertionError(f"WM-005: after u{i} the pending turns are out of order")
         assert got == want, (
             f"BUD-010: after u{i} the view shows {len(got)} pending turns "
             f"({users(got)[:1]}...), the spec {len(want)} ({users(want)[:1]}...): the "
