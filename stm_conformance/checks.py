@@ -30,6 +30,7 @@ __all__ = [
     "memory_view",
     "patient",
     "returns_within",
+    "summary_or_failure",
     "turn",
     "turn_json",
     "users",
@@ -156,3 +157,17 @@ async def returns_within(
         task.cancel()
         raise AssertionError(f"{what} (did not return within {timeout:g}s)")
     return task.result()
+
+
+async def summary_or_failure(memory: Any, *, timeout: float = 5.0) -> dict[str, Any]:  # noqa: ASYNC109
+    """The view once a summary is installed or the memory leaves HEALTHY, or after
+    ``timeout`` seconds (scaled by ``--stm-patience``): how a first call ended, for checks
+    that then say which outcome was right."""
+    deadline = time.monotonic() + patient(timeout)
+    view = await memory_view(memory)
+    while not view.get("summary") and str(memory.health.value) == "healthy":
+        if time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.01)
+        view = await memory_view(memory)
+    return view

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import anyio
 import pytest
 
 from stm_conformance import ScriptedSummarizer
@@ -14,7 +13,7 @@ from stm_conformance.checks import (
     config,
     eventually,
     memory_view,
-    patient,
+    summary_or_failure,
     turn,
     turn_json,
     users,
@@ -343,11 +342,7 @@ async def test_a_summary_of_exactly_summary_max_tokens_is_installed(make_memory)
     memory = await make_memory(cfg, summarizer=summarizer)
     await memory.add_turn(turn(0))
     await memory.add_turn(turn(1))
-    view = await memory_view(memory)
-    with anyio.move_on_after(patient(5)):
-        while not view.get("summary") and memory.health.value == "healthy":
-            await anyio.sleep(0.01)
-            view = await memory_view(memory)
+    view = await summary_or_failure(memory)
     assert memory.health.value == "healthy", (
         f"BUD-007: a summary of exactly summary_max_tokens={limit} tokens was treated as a "
         f"failure (health {memory.health.value!r})"

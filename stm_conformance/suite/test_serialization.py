@@ -186,6 +186,26 @@ async def test_malformed_input_raises_value_error_and_changes_nothing(
     assert await _observe(memory) == before
 
 
+async def _failing_memory(
+    make_memory: Any, cfg: ShortTermMemoryConfig, key: MemoryKey, health: str, *, turns: int
+) -> tuple[Any, ScriptedSummarizer]:
+    """A memory whose every call fails, driven by ``turns`` turns into ``health``."""
+    failing = ScriptedSummarizer()
+    failing.fail_always("raise")
+    memory = await make_memory(cfg, key=key, summarizer=failing)
+    for i in range(turns):
+        await memory.add_turn(turn(i))
+    await failing.wait_for_calls(1)
+    with anyio.move_on_after(patient(2)):
+        while memory.health.value != health:  # noqa: ASYNC110 - polling a property
+            await anyio.sleep(0.005)
+    rule = "HLT-004" if health == "degraded" else "HLT-002"
+    assert memory.health.value == health, (
+        f"{rule}: the memory did not reach {health} (precondition)"
+    )
+    return memory, failing
+
+
 @req("SER-002")
 @cap("rolling_summary")
 @pytest.mark.parametrize("health", ["retry", "degraded"])
@@ -195,21 +215,8 @@ async def test_round_trip_keeps_a_failing_health(make_memory, health):
         retry_attempts=0 if health == "degraded" else 2,
         retry_backoff_base_s=30.0,
     )
-    failing = ScriptedSummarizer()
-    failing.fail_always("raise")
     key = MemoryKey("t", "u", f"failing-{health}")
-    memory = await make_memory(cfg, key=key, summarizer=failing)
-    for i in range(3):
-        await memory.add_turn(turn(i))
-    await failing.wait_for_calls(1)
-    for _ in range(100):
-        if memory.health.value == health:
-            break
-        await anyio.sleep(0.005)
-    rule = "HLT-004" if health == "degraded" else "HLT-002"
-    assert memory.health.value == health, (
-        f"{rule}: the memory did not reach {health} (precondition)"
-    )
+    memory, _ = await _failing_memory(make_memory, cfg, key, health, turns=3)
     clone_summarizer = ScriptedSummarizer()
     clone_summarizer.hold()
     clone = await make_memory(cfg, key=key, summarizer=clone_summarizer)
@@ -236,18 +243,8 @@ async def test_a_restored_failing_memory_recovers_by_itself(make_memory, health)
         degraded_retry_interval_s=0.2,
         recovery_backlog_limit=2,
     )
-    failing = ScriptedSummarizer()
-    failing.fail_always("raise")
     key = MemoryKey("t", "u", f"restored-{health}")
-    memory = await make_memory(cfg, key=key, summarizer=failing)
-    for i in range(2):
-        await memory.add_turn(turn(i))
-    await failing.wait_for_calls(1)
-    with anyio.move_on_after(patient(2)):
-        while memory.health.value != health:  # noqa: ASYNC110 - polling a property
-            await anyio.sleep(0.005)
-    rule = "HLT-004" if health == "degraded" else "HLT-002"
-    assert memory.health.value == health, f"{rule}: no {health} (precondition)"
+    memory, failing = await _failing_memory(make_memory, cfg, key, health, turns=2)
     failing.hold()  # no call of the original runs while the state is taken
     if health == "degraded":
         for i in range(2, 6):  # a backlog of 2, and 2 more turns dropped
