@@ -35,11 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .matrix import replace_region
 from .scenarios import DIMENSIONS, PAIRWISE
 
 __all__ = ["GapRule", "Coverage", "load_gap_rules", "measure", "render", "main"]
 
-BEGIN, END = "<!-- stm-coverage:begin -->", "<!-- stm-coverage:end -->"
+REGION = "stm-coverage"
 PAIRWISE_ID = "pairwise"
 #: The values each pairwise dimension takes in a ``combo:`` tag, in its order.
 _COMBO_VALUES: dict[str, tuple[str, ...]] = {
@@ -239,11 +240,7 @@ def render(report: Mapping[str, Any], coverage: Coverage, rules: Sequence[GapRul
 
 def update_region(text: str, region: str) -> str:
     """``text`` with its generated region replaced by ``region``."""
-    head, begin, rest = text.partition(BEGIN)
-    _, end, tail = rest.partition(END)
-    if not begin or not end:
-        raise ValueError(f"no {BEGIN} ... {END} region")
-    return f"{head}{BEGIN}\n{region}\n{END}{tail}"
+    return replace_region(text, REGION, region + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

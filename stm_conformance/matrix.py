@@ -29,7 +29,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["REGIONS", "Links", "find_links", "render_levels", "render_matrix", "update_regions"]
+__all__ = [
+    "REGIONS",
+    "Links",
+    "find_links",
+    "render_levels",
+    "render_matrix",
+    "replace_region",
+    "update_regions",
+]
 
 _MARK = {
     "pass": "pass",
@@ -103,17 +111,30 @@ def update_regions(text: str, reports: Sequence[dict[str, Any]], links: Links | 
     """
     found = False
     for name, render in REGIONS.items():
-        begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-        if begin not in text:
+        if f"<!-- {name}:begin -->" not in text:
             continue
-        if end not in text.split(begin, 1)[1]:
-            raise ValueError(f"{begin} without {end}")
         found = True
-        start, stop = text.index(begin), text.index(end, text.index(begin))
-        text = f"{text[:start]}{begin}\n{render(reports, links)}{text[stop:]}"
+        text = replace_region(text, name, render(reports, links))
     if not found:
         raise ValueError(f"no generated region (markers {', '.join(REGIONS)})")
     return text
+
+
+def replace_region(text: str, name: str, body: str) -> str:
+    """``text`` with what lies between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->``
+    replaced by a newline and ``body`` (which ends with its own newline).
+
+    Raises:
+        ValueError: the region is missing, or opened and not closed.
+    """
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    if begin not in text:
+        raise ValueError(f"no {begin} region")
+    if end not in text.split(begin, 1)[1]:
+        raise ValueError(f"{begin} without {end}")
+    start = text.index(begin)
+    stop = text.index(end, start)
+    return f"{text[:start]}{begin}\n{body}{text[stop:]}"
 
 
 def find_links(findings: Mapping[str, Path], base: Path) -> dict[str, dict[str, str]]:

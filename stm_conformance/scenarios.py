@@ -56,8 +56,6 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
         "hang",
     ),
 }
-#: Tags declared by checks rather than observed.
-DECLARED = ("direction", "bound")
 #: The dimensions whose values are combined pairwise (one tag per memory: ``combo:...``).
 PAIRWISE = ("strategy", "overflow", "health", "callbacks", "round_trip")
 

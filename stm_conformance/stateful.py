@@ -271,11 +271,8 @@ class MemoryDifferential(RuleBasedStateMachine):
         return self.tracker.summarizer(self.summarizer)
 
     def _note(self, operation: str, *args: Any) -> None:
-        if self.tracker is None:
-            return
-        if operation == "created":
-            self.tracker.attach(self.sut)
-        else:
+        """Tell the coverage tracker of an operation about to run on the backend."""
+        if self.tracker is not None:
             self.tracker.before(operation, args)
 
     async def _flush_and_look(self) -> set[str]:
@@ -296,7 +293,8 @@ class MemoryDifferential(RuleBasedStateMachine):
         self.model = SpecModel(cfg)
         self.history.append(f"create({variant})")
         self.sut = self._run(self.provider.create(cfg, self.key, self._watched(cfg)))
-        self._note("created")
+        if self.tracker is not None:
+            self.tracker.attach(self.sut)
 
     @rule(pad=_USER_PAD, assistant=_ASSISTANT, digest=_DIGEST)
     def add(self, pad: str, assistant: str, digest: TrajectoryDigest | None) -> None:

@@ -35,9 +35,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from stm_conformance.matrix import replace_region
+
 HERE = Path(__file__).resolve().parent
 EQUIVALENTS = HERE / "equivalents.toml"
-BEGIN, END = "<!-- stm-mutation:begin -->", "<!-- stm-mutation:end -->"
+REGION = "stm-mutation"
 KILLED = {"killed", "timeout"}
 
 
@@ -230,12 +232,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.update:
         text = args.update.read_text(encoding="utf-8")
-        head, begin, rest = text.partition(BEGIN)
-        _, end, tail = rest.partition(END)
-        if not begin or not end:
-            print(f"{args.update}: no {BEGIN} ... {END} region", file=sys.stderr)
+        try:
+            text = replace_region(text, REGION, region + "\n")
+        except ValueError as exc:
+            print(f"{args.update}: {exc}", file=sys.stderr)
             return 2
-        args.update.write_text(f"{head}{BEGIN}\n{region}\n{END}{tail}", encoding="utf-8")
+        args.update.write_text(text, encoding="utf-8")
     return 0 if percent >= args.min_score else 1
 
 
