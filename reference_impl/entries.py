@@ -7,7 +7,10 @@ the summarizer payload reuse that work.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
+from json.encoder import encode_basestring
 from typing import Any
 
 from .health import HealthMachine
@@ -33,23 +36,32 @@ def render_turn(turn: ConversationTurn, *, include_digest: bool) -> dict[str, An
 
 @dataclass(slots=True)
 class Entry:
-    """A turn, its position in the conversation (``seq``) and its cached rendering."""
+    """A turn, its position in the conversation (``seq``) and its cached rendering.
+
+    ``fresh()`` returns a new copy of ``rendered`` for a caller that may change it (views,
+    summarizer payloads): a plain ``dict.copy`` for the common two-string turn, so that a
+    view of n turns costs n C-level copies and no Python call per turn.
+    """
 
     seq: int
     turn: ConversationTurn
     rendered: dict[str, Any]
     fragment: str
+    fresh: Callable[[], dict[str, Any]]
 
     @classmethod
     def make(cls, seq: int, turn: ConversationTurn, *, include_digest: bool) -> Entry:
-        rendered = render_turn(turn, include_digest=include_digest)
-        if len(rendered) == 2:
-            # The common turn, two strings: its canonical JSON written directly (keys sorted).
-            user, assistant = rendered["user"], rendered["assistant"]
-            fragment = f'{{"assistant":{json_string(assistant)},"user":{json_string(user)}}}'
-        else:
-            fragment = canonical_json(rendered)
-        return cls(seq, turn, rendered, fragment)
+        if turn.trajectory_digest is None or not include_digest:
+            # The common turn, two strings: its canonical JSON written directly (keys
+            # sorted); encode_basestring is tokens.json_string, called directly here.
+            user, assistant = turn.user_message, turn.assistant_response
+            rendered = {"user": user, "assistant": assistant}
+            fragment = (
+                f'{{"assistant":{encode_basestring(assistant)},"user":{encode_basestring(user)}}}'
+            )
+            return cls(seq, turn, rendered, fragment, rendered.copy)
+        rendered = render_turn(turn, include_digest=True)
+        return cls(seq, turn, rendered, canonical_json(rendered), partial(_fresh, rendered))
 
 
 @dataclass(slots=True)
@@ -170,11 +182,11 @@ def render_view(strategy: str, state: MemoryState) -> dict[str, Any]:
     """The patch ``get_llm_context`` returns for ``state`` (section 0 of the spec)."""
     if strategy == "none":
         return {}
-    view: dict[str, Any] = {"recent_turns": [_fresh(e.rendered) for e in state.recent]}
+    view: dict[str, Any] = {"recent_turns": [e.fresh() for e in state.recent]}
     if strategy == "rolling_summary" and not state.health.degraded:
         visible = state.visible_pending
         if visible:
-            view["pending_turns"] = [_fresh(e.rendered) for e in visible]
+            view["pending_turns"] = [e.fresh() for e in visible]
         if state.summary:
             view["summary"] = state.summary
     return {"conversation_memory": view}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -110,23 +109,22 @@ class DefaultShortTermMemory:
         if self._closed:
             raise RuntimeError("add_turn on a closed memory")
         check_turn(turn)
-        if self._config.strategy == "none":
+        config = self._config
+        strategy = config.strategy
+        if strategy == "none":
             return
         state = self._state
-        entry = Entry.make(
-            state.next_seq, turn, include_digest=self._config.include_trajectory_digest
-        )
-        if self._config.budget.overflow_policy == "error" and not self._budget.fits_after_add(
-            state, entry
-        ):
+        entry = Entry.make(state.next_seq, turn, include_digest=config.include_trajectory_digest)
+        budget = config.budget
+        if budget.overflow_policy == "error" and not self._budget.fits_after_add(state, entry):
             raise MemoryBudgetExceeded(
-                f"turn would take the memory over total_max_tokens="
-                f"{self._config.budget.total_max_tokens}"
+                f"turn would take the memory over total_max_tokens={budget.total_max_tokens}"
             )
-        watermark.admit(state, entry, self._config)
-        self._budget.enforce(state)
+        watermark.admit(state, entry, config)
+        if budget.total_max_tokens:
+            self._budget.enforce(state)
         self._on_turn.emit(turn)
-        if self._config.strategy == "rolling_summary":
+        if strategy == "rolling_summary":
             self._wake()
 
     async def get_llm_context(self) -> Mapping[str, Any]:
@@ -347,7 +345,7 @@ async def call_summarizer(
     Cancellation of the calling task itself propagates."""
     payload = {
         "previous_summary": batch.previous_summary,
-        "turns": [json.loads(e.fragment) for e in batch.entries],
+        "turns": [e.fresh() for e in batch.entries],
     }
     # A task of its own: a call that ignores its cancellation is abandoned at the timeout
     # (or when the caller is cancelled) instead of holding the caller forever (WM-008).

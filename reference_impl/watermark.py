@@ -50,9 +50,12 @@ def evict_oldest_recent(state: MemoryState, config: ShortTermMemoryConfig) -> No
 
 def admit(state: MemoryState, entry: Entry, config: ShortTermMemoryConfig) -> None:
     """Append a new turn to recent and evict beyond ``full_zone_turns`` (BUD-003, WM-002)."""
-    state.push_recent(entry)
+    recent = state.recent  # push_recent, inlined: this runs on every add_turn
+    recent.append(entry)
+    state.recent_chars += len(entry.fragment)
     state.next_seq = entry.seq + 1
-    while len(state.recent) > config.budget.full_zone_turns:
+    window = config.budget.full_zone_turns
+    while len(recent) > window:
         evict_oldest_recent(state, config)
 
 
