@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import json
 from typing import Any
 
@@ -227,6 +229,103 @@ async def test_many_pending_turns_of_varied_sizes(make_memory, scripted_summariz
     scripted_summarizer.release()
 
 
+def _assert_view_is_the_models(view: dict[str, Any], model: SpecModel, when: str) -> None:
+    """The recent and visible pending turns of ``view`` are exactly ``model``'s (BUD-004,
+    BUD-010), blamed on BUD-004 when recent differs and on BUD-010 when pending does."""
+    got = view.get("recent_turns") or []
+    want = [m.rendered for m in model.recent]
+    assert got == want, (
+        f"BUD-004: {when} recent holds {users(got)}, the spec {users(want)}: pending turns "
+        "are hidden first, then the oldest recent turns are evicted until the view fits"
+    )
+    got = view.get("pending_turns") or []
+    want = [m.rendered for m in model.visible_pending]
+    assert got == want, (
+        f"BUD-010: {when} the view shows {len(got)} pending turns ({users(got)[:1]}...), the "
+        f"spec {len(want)} ({users(want)[:1]}...): the longest run of newest pending turns "
+        "that fits"
+    )
+
+
+@scenario("bound:lower", "bound:upper")
+@req("BUD-004", "BUD-001", "BUD-010")
+@cap("rolling_summary")
+@pytest.mark.parametrize("policy", TRUNCATE)
+async def test_recent_turns_over_the_budget_are_evicted_once_pending_is_hidden(
+    make_memory, scripted_summarizer, policy
+):
+    """Calls held; short turns (some stay visible as pending) and long ones, alone or two in
+    a row. Adding a long turn, the window evicts a short one to pending, and hiding every
+    pending turn is not enough: recent alone is over the budget, so its oldest turns go too
+    (to pending, hidden). A backend that stops trimming once nothing pending is visible, with
+    one or several pending turns to hide, ends over the budget."""
+    cfg = config(
+        full_zone_turns=2, total_max_tokens=60, summary_max_tokens=20, overflow_policy=policy
+    )
+    model = SpecModel(cfg)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.hold()
+    pads = [2, 1, 4, 1, 100, 100, 100, 150, 3, 1, 100, 0, 150, 150, 0, 100, 4, 3, 1, 150]
+    for i, pad in enumerate(pads):
+        t = turn(i, pad=pad)
+        model.add(t)
+        await memory.add_turn(t)
+        view = await _check_invariants(memory, cfg)
+        _assert_view_is_the_models(view, model, f"after u{i}")
+    evicted_by_budget = sum(m.evicted_by == "BUD-004" for m in model.turns)
+    assert evicted_by_budget >= 3, "check setup: the budget never evicted a recent turn"
+    scripted_summarizer.release()
+
+
+@scenario("bound:lower", "bound:upper")
+@req("BUD-010", "BUD-004", "BUD-001")
+@cap("rolling_summary")
+async def test_a_summary_over_many_pending_turns_hides_them_in_one_step(make_memory):
+    """A long summary installed while thirty turns evicted during its call wait: it takes
+    room that several pending turns held, so several are hidden at once (not one per
+    ``add_turn``). The visible pending turns are then exactly the kit model's, no more and
+    no fewer: a search that hides too many, or stops before the view fits, shows here. The
+    next call stays in flight, so nothing else changes the view meanwhile.
+    (``truncate_oldest``: under ``truncate_summary`` the summary would be shortened instead.)"""
+    summary = "The user and the assistant discussed retries. " * 11  # 132 tokens
+    first_done, calls = asyncio.Event(), []
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        calls.append(copy.deepcopy(dict(payload)))
+        if len(calls) == 1:
+            await first_done.wait()
+            return {"summary": summary}
+        await asyncio.Event().wait()  # later calls stay in flight: the view holds still
+        raise AssertionError("unreachable")
+
+    cfg = config(full_zone_turns=2, total_max_tokens=700, summary_max_tokens=200)
+    model = SpecModel(cfg)
+    memory = await make_memory(cfg, summarizer=summarizer)
+    for i in range(40):
+        t = turn(i, pad=(i * 37) % 90)
+        model.add(t)
+        await memory.add_turn(t)
+        await asyncio.sleep(0)  # the first call starts with u0 alone
+    before = len((await memory_view(memory)).get("pending_turns") or [])
+    first_done.set()
+    view = await summary_or_failure(memory)
+    assert view.get("summary") == summary, (
+        f"WM-003: the first call's summary (within summary_max_tokens) was not installed "
+        f"(health {memory.health.value!r})"
+    )
+    model.install(calls[0], summary)
+    # The turns evicted during the call stay pending (WM-003): the next call is sent them.
+    await eventually(lambda: len(calls) > 1, what="WM-003: a call for the turns evicted meanwhile")
+    sent, oldest = users(calls[1]["turns"]), model.pending[0].rendered["user"]
+    assert sent[:1] == [oldest], (
+        f"WM-003: the turns evicted during the first call must stay pending; the next call "
+        f"was sent {[u[:4] for u in sent[:3]]}..., not {oldest[:4]} onwards"
+    )
+    _assert_view_is_the_models(await _check_invariants(memory, cfg), model, "after the summary")
+    hidden_at_once = before - len(model.visible_pending) - len(calls[0]["turns"])
+    assert hidden_at_once >= 3, f"check setup: the summary hid only {hidden_at_once} turns"
+
+
 @scenario("bound:upper")
 @req("BUD-005", "BUD-001", "BUD-002", "BUD-003", "BUD-008")
 @cap("rolling_summary")
@@ -320,6 +419,65 @@ async def test_error_policy_is_atomic(
         )
     assert raised, "the error policy never raised although the budget was exceeded"
     scripted_summarizer.release()
+
+
+@scenario("direction:accept", "direction:reject", "bound:lower", "bound:upper")
+@req("BUD-006")
+@cap("rolling_summary")
+async def test_error_policy_measures_pending_turns_and_the_summary(make_memory, stm_provider):
+    """Under ``error``, with a summary installed and the next call in flight (evicted turns
+    stay pending): each turn is refused exactly when the view with it -- recent, every
+    pending turn and the summary -- would exceed ``total_max_tokens``, and taken otherwise,
+    once at exactly the limit. The kit model decides; a refusal changes nothing."""
+    summary = "Earlier: the user asked how services should retry failed calls. "
+    calls: list[Any] = []
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        calls.append(copy.deepcopy(dict(payload)))
+        if len(calls) == 1:
+            return {"summary": summary}
+        await asyncio.Event().wait()  # later calls stay in flight
+        raise AssertionError("unreachable")
+
+    total = 150
+    cfg = config(
+        full_zone_turns=2, total_max_tokens=total, summary_max_tokens=40, overflow_policy="error"
+    )
+    model = SpecModel(cfg)
+    memory = await make_memory(cfg, summarizer=summarizer)
+    for t in [turn(0), turn(1), turn(2)]:
+        model.add(t)
+        await memory.add_turn(t)
+    view = await summary_or_failure(memory)
+    assert view.get("summary") == summary, (
+        f"WM-003: the first call's summary was not installed (health {memory.health.value!r})"
+    )
+    model.install(calls[0], summary)
+    refused = at_limit = 0
+    for i, pad in enumerate([50, 11, 44, 25, 41, 58, 5, 30, 32, 55, 3, 11], start=3):
+        t = turn(i, pad=pad)
+        trial = copy.deepcopy(model)
+        trial.add(t)
+        want = trial.tokens()
+        before = await memory.get_llm_context()
+        try:
+            await memory.add_turn(t)
+        except stm_provider.budget_exceeded_error:
+            assert want > total, (
+                f"BUD-006: u{i} was refused, but the view with it has {want} tokens, within "
+                f"total_max_tokens={total} ({len(trial.pending)} pending turns and the summary "
+                "counted)"
+            )
+            assert await memory.get_llm_context() == before, "BUD-006: view changed on error"
+            refused += 1
+            continue
+        assert want <= total, (
+            f"BUD-006: u{i} was taken, but the view with it has {want} tokens > "
+            f"total_max_tokens={total}: {len(trial.pending)} pending turns and the summary count"
+        )
+        model = trial
+        at_limit += want == total
+    assert refused >= 2 and at_limit == 1, f"check setup: {refused} refused, {at_limit} at limit"
 
 
 @scenario("direction:accept", "bound:lower")
@@ -481,3 +639,70 @@ async def test_error_policy_refuses_a_summary_that_overflows_the_total(make_memo
     )
     assert "summary" not in await memory_view(memory), "BUD-007: the summary was installed"
     assert memory.estimate_tokens() <= total, "BUD-001"
+
+
+@scenario("direction:accept", "direction:reject", "bound:lower", "bound:upper")
+@req("BUD-007")
+@cap("rolling_summary")
+@pytest.mark.parametrize("limit", ["exactly", "one_over", "none"])
+async def test_error_policy_measures_the_summary_with_the_turns_evicted_during_its_call(
+    make_memory, limit
+):
+    """Under ``error``: three turns are evicted while the first call runs, so they stay
+    pending next to its summary. ``total_max_tokens`` is set (from the kit model) to exactly
+    the installed view's size, one token less, or no limit: the summary is installed at the
+    limit and without one, and refused (a failed call, RETRY, nothing changed) one over."""
+    summary = "The user asked about retries; the assistant advised backoff. " * 5
+    turns = [turn(i, pad=(i * 13) % 40) for i in range(6)]
+    model = SpecModel(config(full_zone_turns=2, total_max_tokens=0, overflow_policy="error"))
+    for t in turns:
+        model.add(t)
+    model.install({"turns": [model.pending[0].rendered]}, summary)
+    total = {"exactly": model.tokens(), "one_over": model.tokens() - 1, "none": 0}[limit]
+    release, calls = asyncio.Event(), []
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        calls.append(payload)
+        if len(calls) == 1:
+            await release.wait()
+            return {"summary": summary}
+        await asyncio.Event().wait()  # a retry stays in flight
+        raise AssertionError("unreachable")
+
+    cfg = config(
+        full_zone_turns=2,
+        total_max_tokens=total,
+        summary_max_tokens=100,
+        overflow_policy="error",
+        retry_backoff_base_s=30.0,
+    )
+    memory = await make_memory(cfg, summarizer=summarizer)
+    for i, t in enumerate(turns):
+        await memory.add_turn(t)
+        if i == 2:
+            await eventually(lambda: len(calls) == 1, what="WM-002: a call for u0")
+    before = await memory_view(memory)
+    assert len(before.get("pending_turns") or []) == 4, f"check setup: {before}"
+    release.set()
+    view = await summary_or_failure(memory)
+    if limit == "one_over":
+        assert memory.health.value == "retry" and "summary" not in view, (
+            f"BUD-007: a summary whose view (with the 3 turns evicted during its call) is one "
+            f"token over total_max_tokens={total} was not treated as a failure (health "
+            f"{memory.health.value!r})"
+        )
+        assert view == before, "HLT-003: in RETRY, after the refused summary, the view changed"
+        return
+    assert memory.health.value == "healthy" and view.get("summary") == summary, (
+        f"BUD-007: a summary whose view (with the 3 turns evicted during its call) fits "
+        f"{'exactly' if total else 'with no limit'} (total_max_tokens={total}) was refused "
+        f"(health {memory.health.value!r})"
+    )
+    want = [m.rendered for m in model.pending]
+    assert view.get("pending_turns") == want, (
+        f"WM-003: the turns evicted during the call must stay pending next to its summary: "
+        f"{users(view.get('pending_turns'))}, want {users(want)}"
+    )
+    assert memory.estimate_tokens() == model.tokens(), (
+        f"BUD-008: estimate_tokens()={memory.estimate_tokens()}, estimator(view)={model.tokens()}"
+    )
