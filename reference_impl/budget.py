@@ -7,23 +7,23 @@ degraded, to the bounded backlog), and only the summary text is ever shortened.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import watermark
 from .entries import Entry, MemoryState
-from .tokens import TokenMeter, json_string
+from .tokens import Part, TokenMeter, json_string
 from .types import ShortTermMemoryConfig
 
 __all__ = ["Budget"]
 
-_Part = tuple[int, int, Callable[[], Iterable[str]]]
 
-
-def _part(entries: Sequence[Entry], chars: int | None = None) -> _Part:
-    if chars is None:
-        chars = sum(len(e.fragment) for e in entries)
-    return len(entries), chars, lambda: (e.fragment for e in entries)
+def _part(entries: Sequence[Entry], size: int | None = None) -> Part:
+    if size is None:
+        size = sum(e.size for e in entries)
+    return Part(
+        len(entries), size, lambda: (e.fragment for e in entries), lambda: entries[-1].fragment
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,14 +61,15 @@ class Budget:
         """``estimator(canonical_json(view))`` without building the view (BUD-008)."""
         if self.config.strategy == "none":
             return self.meter.estimator("{}")
-        recent = _part(state.recent, state.recent_chars)
+        recent = _part(state.recent, state.recent_size)
         if not self._shows_summary(state):
             return self.meter.view_tokens(None, None, recent)
-        visible = state.pending[state.visible_from :] if self.meter.from_length is None else ()
-        pending = (
-            len(state.pending) - state.visible_from,
-            state.visible_chars,
-            lambda: (e.fragment for e in visible),
+        pending_ = state.pending
+        pending = Part(
+            len(pending_) - state.visible_from,
+            state.visible_size,
+            lambda: (e.fragment for e in pending_[state.visible_from :]),
+            lambda: pending_[-1].fragment,
         )
         return self.meter.view_tokens(state.summary_json, pending, recent)
 

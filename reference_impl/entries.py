@@ -48,9 +48,18 @@ class Entry:
     rendered: dict[str, Any]
     fragment: str
     fresh: Callable[[], dict[str, Any]]
+    #: What the turn adds to the token meter's running sums (``TokenMeter.entry_size``).
+    size: int
 
     @classmethod
-    def make(cls, seq: int, turn: ConversationTurn, *, include_digest: bool) -> Entry:
+    def make(
+        cls,
+        seq: int,
+        turn: ConversationTurn,
+        *,
+        include_digest: bool,
+        size_of: Callable[[str], int] = len,
+    ) -> Entry:
         if turn.trajectory_digest is None or not include_digest:
             # The common turn, two strings: its canonical JSON written directly (keys
             # sorted); encode_basestring is tokens.json_string, called directly here.
@@ -59,9 +68,10 @@ class Entry:
             fragment = (
                 f'{{"assistant":{encode_basestring(assistant)},"user":{encode_basestring(user)}}}'
             )
-            return cls(seq, turn, rendered, fragment, rendered.copy)
+            return cls(seq, turn, rendered, fragment, rendered.copy, size_of(fragment))
         rendered = render_turn(turn, include_digest=True)
-        return cls(seq, turn, rendered, canonical_json(rendered), partial(_fresh, rendered))
+        fragment = canonical_json(rendered)
+        return cls(seq, turn, rendered, fragment, partial(_fresh, rendered), size_of(fragment))
 
 
 @dataclass(slots=True)
@@ -69,7 +79,7 @@ class MemoryState:
     """Everything a memory knows; replaced as a whole by ``from_dict``.
 
     ``pending[visible_from:]`` are the pending turns shown in the view (BUD-010);
-    ``*_chars`` are running sums of fragment lengths for the token meter.
+    ``*_size`` are running sums of entry sizes for the token meter.
     """
 
     health: HealthMachine
@@ -77,10 +87,10 @@ class MemoryState:
     summary: str = ""
     summary_json: str | None = None
     recent: deque[Entry] = field(default_factory=deque)
-    recent_chars: int = 0
+    recent_size: int = 0
     pending: list[Entry] = field(default_factory=list)
     visible_from: int = 0
-    visible_chars: int = 0
+    visible_size: int = 0
     backlog: deque[Entry] = field(default_factory=deque)
     next_seq: int = 1
     summarized_through: int = 0
@@ -96,17 +106,17 @@ class MemoryState:
 
     def push_recent(self, entry: Entry) -> None:
         self.recent.append(entry)
-        self.recent_chars += len(entry.fragment)
+        self.recent_size += entry.size
 
     def pop_recent(self) -> Entry:
         entry = self.recent.popleft()
-        self.recent_chars -= len(entry.fragment)
+        self.recent_size -= entry.size
         return entry
 
     def push_pending(self, entry: Entry) -> None:
         # The newest pending turn joins the visible run; the budget hides it if needed.
         self.pending.append(entry)
-        self.visible_chars += len(entry.fragment)
+        self.visible_size += entry.size
 
     def hide_oldest_visible(self) -> None:
         self.show_pending_from(self.visible_from + 1)
@@ -115,14 +125,14 @@ class MemoryState:
         """Make ``pending[index:]`` the visible run (in O(distance moved))."""
         pending = self.pending
         if index > self.visible_from:
-            self.visible_chars -= sum(len(e.fragment) for e in pending[self.visible_from : index])
+            self.visible_size -= sum(e.size for e in pending[self.visible_from : index])
         else:
-            self.visible_chars += sum(len(e.fragment) for e in pending[index : self.visible_from])
+            self.visible_size += sum(e.size for e in pending[index : self.visible_from])
         self.visible_from = index
 
     def show_all_pending(self) -> None:
         self.visible_from = 0
-        self.visible_chars = sum(len(e.fragment) for e in self.pending)
+        self.visible_size = sum(e.size for e in self.pending)
 
     @property
     def visible_pending(self) -> list[Entry]:
@@ -147,10 +157,10 @@ class MemoryState:
             summary=self.summary,
             summary_json=self.summary_json,
             recent=deque(self.recent),
-            recent_chars=self.recent_chars,
+            recent_size=self.recent_size,
             pending=list(self.pending),
             visible_from=self.visible_from,
-            visible_chars=self.visible_chars,
+            visible_size=self.visible_size,
             backlog=deque(self.backlog),
             next_seq=self.next_seq,
             summarized_through=self.summarized_through,

@@ -69,6 +69,7 @@ class DefaultShortTermMemory:
         self._summarizer = summarizer
         self._now = time_source or time.monotonic
         self._budget = Budget.for_config(config)
+        self._size_of = self._budget.meter.size_of
         self._state = MemoryState(
             health=HealthMachine(
                 config.retry_attempts, config.retry_backoff_base_s, config.degraded_retry_interval_s
@@ -114,7 +115,12 @@ class DefaultShortTermMemory:
         if strategy == "none":
             return
         state = self._state
-        entry = Entry.make(state.next_seq, turn, include_digest=config.include_trajectory_digest)
+        entry = Entry.make(
+            state.next_seq,
+            turn,
+            include_digest=config.include_trajectory_digest,
+            size_of=self._size_of,
+        )
         budget = config.budget
         if budget.overflow_policy == "error" and not self._budget.fits_after_add(state, entry):
             raise MemoryBudgetExceeded(

@@ -7,7 +7,7 @@ swaps it in only on success, so a malformed input never half-loads (SER-003).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
@@ -244,7 +244,7 @@ def _dump_head(state: MemoryState, config: ShortTermMemoryConfig) -> dict[str, A
 # -- load ----------------------------------------------------------------------------
 
 
-def _entry(turn: TurnV2, include_digest: bool) -> Entry:
+def _entry(turn: TurnV2, include_digest: bool, size_of: Callable[[str], int]) -> Entry:
     digest = turn.trajectory_digest
     return Entry.make(
         turn.seq,
@@ -264,6 +264,7 @@ def _entry(turn: TurnV2, include_digest: bool) -> Entry:
             ts=turn.ts,
         ),
         include_digest=include_digest,
+        size_of=size_of,
     )
 
 
@@ -333,11 +334,11 @@ def load(
         dropped_turns=model.dropped_turns,
         revision=model.revision,
     )
-    include = config.include_trajectory_digest
+    include, size_of = config.include_trajectory_digest, budget.meter.size_of
     for t in model.turns:
-        state.push_recent(_entry(t, include))
-    state.pending = [_entry(t, include) for t in model.pending]
-    state.backlog.extend(_entry(t, include) for t in model.backlog)
+        state.push_recent(_entry(t, include, size_of))
+    state.pending = [_entry(t, include, size_of) for t in model.pending]
+    state.backlog.extend(_entry(t, include, size_of) for t in model.backlog)
     # Normalise what an older writer or another configuration may have left.
     if health.degraded:
         watermark.degrade(state, config)

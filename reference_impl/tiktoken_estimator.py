@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "OFFLINE_ENCODING",
     "REAL_ENCODING",
+    "TiktokenEstimator",
     "TokenizerUnavailableError",
     "tiktoken_encoding_name",
     "tiktoken_estimator",
@@ -131,19 +132,40 @@ def tiktoken_encoding_name() -> str:
     return _load_encoding().name
 
 
+class TiktokenEstimator:
+    """An exact ``cl100k_base`` token counter (see :func:`tiktoken_estimator`).
+
+    ``additive_at_word_starts``: tiktoken splits text with a regular expression and encodes
+    each piece alone, and with ``cl100k_base``'s expression a run of punctuation ends its
+    piece where a letter follows. So the count of a text cut at such places is the sum of
+    the counts of the parts, which lets a memory count its view from cached per-turn counts
+    (:mod:`reference_impl.tokens`) and still equal this estimator on the whole text
+    (BUD-008).
+    """
+
+    additive_at_word_starts = True
+
+    def __init__(self, encoding: Encoding) -> None:
+        self._encode = encoding.encode
+        self.encoding_name: str = encoding.name
+
+    def __call__(self, text: str) -> int:
+        return len(self._encode(text, disallowed_special=()))
+
+    def __repr__(self) -> str:
+        return f"TiktokenEstimator({self.encoding_name!r})"
+
+
 def tiktoken_estimator() -> Callable[[str], int]:
     """Return an exact ``cl100k_base`` token counter for ``ShortTermMemoryConfig.token_estimator``.
 
     The encoding is loaded once per process (eagerly, so a missing tokenizer surfaces
     here rather than inside a memory operation). Special-token text such as
     ``"<|endoftext|>"`` is counted as ordinary text instead of raising. ``""`` counts 0.
+    The counter is a :class:`TiktokenEstimator`: memories count their views with it in
+    O(1) per measurement, from per-turn counts.
 
     Raises:
         TokenizerUnavailableError: neither encoding can be loaded.
     """
-    encoding = _load_encoding()
-
-    def estimate(text: str) -> int:
-        return len(encoding.encode(text, disallowed_special=()))
-
-    return estimate
+    return TiktokenEstimator(_load_encoding())

@@ -1,17 +1,26 @@
 """Canonical JSON and token counting of a memory's view.
 
 Budgets are enforced on every ``add_turn``. Re-serialising the whole view each time would
-cost O(retained turns) per turn, so every turn is serialised once (its *fragment*) and the
-view's canonical JSON length is kept as running sums. Estimators that depend on the text's
-length only (the default one) then count in O(1); any other estimator is applied to the
-view's text, rebuilt by joining cached fragments (O(view), which the budget bounds).
+cost O(retained turns) per turn, so every turn is serialised once (its *fragment*) and
+measured once (its *size*), and the view is counted from running sums of sizes:
+
+* a length-based estimator (the default one): a size is a fragment's length, and the view's
+  length, hence its count, follows in O(1);
+* an estimator that is *additive at word starts* (:func:`tiktoken_estimator`): the count of
+  a text is the sum of the counts of its parts when every cut falls where punctuation meets
+  a letter. Every key of the canonical view (``assistant``, ``pending_turns``, ...) is such
+  a place, so a turn's size is the count of its fragment from its first key up to the next
+  turn's, and the view's count is a sum of sizes plus a few short texts at the ends of the
+  lists (cached): O(1) per measurement, exact;
+* any other estimator is applied to the view's text, rebuilt by joining cached fragments
+  (O(view), which the budget bounds).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -19,6 +28,7 @@ from .types import TokenEstimator, default_token_estimator
 
 __all__ = [
     "LengthBasedEstimator",
+    "Part",
     "TokenMeter",
     "canonical_json",
     "json_string",
@@ -67,9 +77,38 @@ _RECENT_OPEN = '"recent_turns":['
 _SUMMARY_KEY = ',"summary":'
 _CLOSE = "}}"
 
+# The same view cut where a key's first letter follows punctuation (additive estimators):
+# ``{"conversation_memory":{"`` | ``pending_turns":[{"`` | ``assistant":...,{"`` | ... |
+# ``assistant":...}],"`` | ``recent_turns":[{"`` | ... | ``summary":"..."}}``. A fragment
+# is ``{"assistant":...}``; from its first key on it is ``fragment[2:]``.
+_HEAD = '{"conversation_memory":{"'
+_PENDING_HEAD = 'pending_turns":[{"'
+_RECENT_HEAD = 'recent_turns":[{"'
+_NEXT_TURN = ',{"'  # a turn followed by another
+_NEXT_KEY = '],"'  # the last turn of a list followed by the next key
+_END = "]}}"  # the last recent turn, no summary
+_SUMMARY_HEAD = 'summary":'
+#: How many measured texts an additive meter remembers (ends of lists, summaries).
+_CACHE_SIZE = 512
+
 
 def _list_length(count: int, chars: int) -> int:
     return chars + max(0, count - 1)
+
+
+class Part(tuple[int, int, Callable[[], Iterable[str]], Callable[[], str]]):
+    """One list of turns in a view: ``(count, size, fragments, last)``.
+
+    ``size`` is the sum of the turns' sizes (:meth:`TokenMeter.entry_size`); ``fragments``
+    and ``last`` (the newest turn's fragment) are only called when the text is needed.
+    """
+
+    __slots__ = ()
+
+    def __new__(
+        cls, count: int, size: int, fragments: Callable[[], Iterable[str]], last: Callable[[], str]
+    ) -> Part:
+        return tuple.__new__(cls, (count, size, fragments, last))
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +117,9 @@ class TokenMeter:
 
     estimator: TokenEstimator
     from_length: Callable[[int], int] | None
+    #: The estimator is additive at word starts (see the module's documentation).
+    additive: bool = False
+    _counts: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def for_estimator(cls, estimator: TokenEstimator | None) -> TokenMeter:
@@ -85,23 +127,38 @@ class TokenMeter:
             return cls(default_token_estimator, LengthBasedEstimator(4).from_length)
         if isinstance(estimator, LengthBasedEstimator):
             return cls(estimator, estimator.from_length)
-        return cls(estimator, None)
+        return cls(estimator, None, bool(getattr(estimator, "additive_at_word_starts", False)))
 
     def text_size(self, text: str) -> int:
         """Size of a summary: 0 for ``""``, else the estimator's count."""
         return self.estimator(text) if text else 0
 
-    def view_tokens(
-        self,
-        summary_json: str | None,
-        pending: tuple[int, int, Callable[[], Iterable[str]]] | None,
-        recent: tuple[int, int, Callable[[], Iterable[str]]],
-    ) -> int:
+    def entry_size(self, fragment: str) -> int:
+        """What one turn adds to the running sums: its fragment's length, or for an additive
+        estimator the count of the fragment from its first key to the next turn's."""
+        if self.additive:
+            return self._count(fragment[2:] + _NEXT_TURN)
+        return len(fragment)
+
+    @property
+    def size_of(self) -> Callable[[str], int]:
+        """:meth:`entry_size`, as ``len`` itself where that is what it computes."""
+        return self.entry_size if self.additive else len
+
+    def _count(self, text: str) -> int:
+        counts = self._counts
+        found = counts.get(text)
+        if found is None:
+            if len(counts) >= _CACHE_SIZE:
+                counts.clear()
+            found = counts[text] = self.estimator(text)
+        return found
+
+    def view_tokens(self, summary_json: str | None, pending: Part | None, recent: Part) -> int:
         """Tokens of a ``conversation_memory`` view.
 
-        ``pending`` and ``recent`` are ``(count, fragment_chars, fragments)``; ``fragments``
-        is only called for estimators that need the text. ``pending`` is ``None`` or has
-        count 0 when no pending turn is visible; ``summary_json`` is ``None`` when absent.
+        ``pending`` is ``None`` or has count 0 when no pending turn is visible;
+        ``summary_json`` is ``None`` when absent.
         """
         if self.from_length is not None:
             length = len(_OPEN) + len(_RECENT_OPEN) + 1 + _list_length(recent[0], recent[1])
@@ -110,6 +167,8 @@ class TokenMeter:
             if summary_json is not None:
                 length += len(_SUMMARY_KEY) + len(summary_json)
             return self.from_length(length + len(_CLOSE))
+        if self.additive:
+            return self._additive_tokens(summary_json, pending, recent)
         parts = [_OPEN]
         if pending is not None and pending[0]:
             parts += [_PENDING_OPEN, ",".join(pending[2]()), "],"]
@@ -118,3 +177,21 @@ class TokenMeter:
             parts += [_SUMMARY_KEY, summary_json]
         parts.append(_CLOSE)
         return self.estimator("".join(parts))
+
+    def _additive_tokens(self, summary_json: str | None, pending: Part | None, recent: Part) -> int:
+        count = self._count
+        tokens = count(_HEAD)
+        if pending is not None and pending[0]:
+            last = pending[3]()
+            tokens += count(_PENDING_HEAD) + pending[1] - self.entry_size(last)
+            tokens += count(last[2:] + _NEXT_KEY)
+        after = _NEXT_KEY if summary_json is not None else _END
+        if recent[0]:
+            last = recent[3]()
+            tokens += count(_RECENT_HEAD) + recent[1] - self.entry_size(last)
+            tokens += count(last[2:] + after)
+        else:
+            tokens += count('recent_turns":[' + after)
+        if summary_json is not None:
+            tokens += count(_SUMMARY_HEAD + summary_json + _CLOSE)
+        return tokens

@@ -52,7 +52,7 @@ def admit(state: MemoryState, entry: Entry, config: ShortTermMemoryConfig) -> No
     """Append a new turn to recent and evict beyond ``full_zone_turns`` (BUD-003, WM-002)."""
     recent = state.recent  # push_recent, inlined: this runs on every add_turn
     recent.append(entry)
-    state.recent_chars += len(entry.fragment)
+    state.recent_size += entry.size
     state.next_seq = entry.seq + 1
     window = config.budget.full_zone_turns
     while len(recent) > window:
@@ -65,7 +65,7 @@ def degrade(state: MemoryState, config: ShortTermMemoryConfig) -> None:
         _to_backlog(state, entry, config.recovery_backlog_limit)
     state.pending = []
     state.visible_from = 0
-    state.visible_chars = 0
+    state.visible_size = 0
 
 
 def take_batch(state: MemoryState) -> Batch | None:

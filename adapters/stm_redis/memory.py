@@ -250,7 +250,10 @@ class RedisShortTermMemory:
 
         def admit(state: MemoryState) -> None:
             entry = Entry.make(
-                state.next_seq, turn, include_digest=config.include_trajectory_digest
+                state.next_seq,
+                turn,
+                include_digest=config.include_trajectory_digest,
+                size_of=budget.meter.size_of,
             )
             if config.budget.overflow_policy == "error" and not budget.fits_after_add(state, entry):
                 raise MemoryBudgetExceeded(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import shutil
 import sys
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reference_impl import tiktoken_estimator as te
 
@@ -201,3 +204,89 @@ def test_failure_is_not_cached(monkeypatch: pytest.MonkeyPatch) -> None:
         te.tiktoken_estimator()
     monkeypatch.undo()
     assert te.tiktoken_estimator()("hello world") == 2
+
+
+# -- counting a memory's view from per-turn counts -------------------------------------
+
+_UNFRIENDLY = st.lists(
+    st.sampled_from(
+        ["x", "é", "🦜", '"', "\\", " ", "  ", "\t", "\n", "\r", "\u2028", "\x00", "1", "22",
+         "!", "?", "'s", "'", "}", ",", "{", "]", "ß", "中文", "٣", "\u0301", "<|endoftext|>"]
+    ),
+    max_size=20,
+).map("".join)  # fmt: skip
+
+
+def test_an_estimator_counts_a_text_cut_where_punctuation_meets_a_letter_piece_by_piece() -> None:
+    estimate = te.tiktoken_estimator()
+    assert getattr(estimate, "additive_at_word_starts", False)
+    text = '{"conversation_memory":{"recent_turns":[{"assistant":"a!!","user":"u"}]}}'
+    cuts = [text.index(key) for key in ("recent_turns", "assistant")]
+    parts = [text[: cuts[0]], text[cuts[0] : cuts[1]], text[cuts[1] :]]
+    assert sum(estimate(p) for p in parts) == estimate(text)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    texts=st.lists(st.tuples(_UNFRIENDLY, _UNFRIENDLY, st.booleans()), min_size=1, max_size=14),
+    summaries=st.lists(_UNFRIENDLY, min_size=1, max_size=3),
+    total=st.sampled_from([0, 60, 250]),
+    window=st.integers(0, 3),
+    policy=st.sampled_from(["truncate_oldest", "truncate_summary"]),
+)
+def test_a_memory_counts_its_view_exactly_with_tiktoken(
+    texts: list[tuple[str, str, bool]], summaries: list[str], total: int, window: int, policy: str
+) -> None:
+    """BUD-008 with the per-turn counts: after every turn and every summary the estimate
+    equals the estimator on the whole view's canonical JSON, for unfriendly text."""
+    from reference_impl import (
+        ConversationTurn,
+        DefaultShortTermMemory,
+        MemoryBudget,
+        ShortTermMemoryConfig,
+        TrajectoryDigest,
+    )
+    from reference_impl.tokens import canonical_json
+
+    estimate = te.tiktoken_estimator()
+    outputs = iter(summaries * 20)
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        return {"summary": next(outputs, "")}
+
+    async def run() -> None:
+        config = ShortTermMemoryConfig(
+            strategy="rolling_summary",
+            budget=MemoryBudget(
+                full_zone_turns=window,
+                summary_max_tokens=min(total, 40) if total else 40,
+                total_max_tokens=total,
+                overflow_policy=policy,  # type: ignore[arg-type]
+            ),
+            token_estimator=estimate,
+        )
+        memory = DefaultShortTermMemory(config=config, summarizer=summarizer)
+        try:
+            for user, assistant, digest in texts:
+                await memory.add_turn(
+                    ConversationTurn(
+                        user_message=user,
+                        assistant_response=assistant,
+                        trajectory_digest=TrajectoryDigest(
+                            tools_invoked=[user[:3]], observations_summary=assistant
+                        )
+                        if digest
+                        else None,
+                    )
+                )
+                for _ in range(2):  # a summary may land in between
+                    view = await memory.get_llm_context()
+                    assert memory.estimate_tokens() == estimate(canonical_json(view)), view
+                    await asyncio.sleep(0)
+            await memory.flush()
+            view = await memory.get_llm_context()
+            assert memory.estimate_tokens() == estimate(canonical_json(view)), view
+        finally:
+            await memory.aclose()
+
+    asyncio.run(run())

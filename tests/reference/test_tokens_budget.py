@@ -735,4 +735,4 @@ def _check_bulk_hide(sizes: list[int], limit: int, visible_from: int) -> None:
         return  # nothing to hide: enforce would not search
     budget._hide_pending(state)
     assert state.visible_from == one_by_one.visible_from
-    assert state.visible_chars == sum(len(e.fragment) for e in state.visible_pending)
+    assert state.visible_size == sum(e.size for e in state.visible_pending)

@@ -31,7 +31,7 @@ class NewestFirstBudget(Budget):
             return
         while state.recent and not self.fits(state):
             entry = state.recent.pop()  # MUTATION: pop() where popleft() was meant
-            state.recent_chars -= len(entry.fragment)
+            state.recent_size -= entry.size
 
 
 class NewestFirstMemory(DefaultShortTermMemory):

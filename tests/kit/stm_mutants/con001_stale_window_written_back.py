@@ -27,7 +27,7 @@ class StaleWindowMemory(DefaultShortTermMemory):
         await asyncio.sleep(0)
         # MUTATION: the window read before the await replaces the current one
         state.recent = deque(window)
-        state.recent_chars = sum(len(e.fragment) for e in window)
+        state.recent_size = sum(e.size for e in window)
         await super().add_turn(turn)
 
 

@@ -10,6 +10,7 @@ reference.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from reference_impl import watermark
@@ -25,10 +26,11 @@ BREAKS = "STR-004"
 COLLATERAL: dict[str, str] = {}
 
 
-def _entry(seq: int, turn: ConversationTurn) -> Entry:
+def _entry(seq: int, turn: ConversationTurn, size_of: Callable[[str], int]) -> Entry:
     rendered: dict[str, Any] = render_turn(turn, include_digest=False)
     rendered["trajectory_digest"] = None  # MUTATION: switched off as null, not left out
-    return Entry(seq, turn, rendered, canonical_json(rendered))
+    fragment = canonical_json(rendered)
+    return Entry(seq, turn, rendered, fragment, rendered.copy, size_of(fragment))
 
 
 class NullDigestMemory(DefaultShortTermMemory):
@@ -39,7 +41,7 @@ class NullDigestMemory(DefaultShortTermMemory):
             return
         check_turn(turn)
         state = self._state
-        entry = _entry(state.next_seq, turn)
+        entry = _entry(state.next_seq, turn, self._size_of)
         if cfg.budget.overflow_policy == "error" and not self._budget.fits_after_add(state, entry):
             raise MemoryBudgetExceeded("turn would take the memory over total_max_tokens")
         watermark.admit(state, entry, cfg)

@@ -39,7 +39,7 @@ def broken_reference() -> Provider:
     def install(state: MemoryState, batch: watermark.Batch, summary: str) -> None:
         original(state, batch, summary)
         state.pending.clear()  # the wrong change: turns evicted during the call are lost
-        state.visible_from = state.visible_chars = 0
+        state.visible_from = state.visible_size = 0
 
     watermark.install = install
     return dataclasses.replace(reference_provider, name="reference-broken-in-place")
