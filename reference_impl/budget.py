@@ -61,9 +61,20 @@ class Budget:
         """``estimator(canonical_json(view))`` without building the view (BUD-008)."""
         if self.config.strategy == "none":
             return self.meter.estimator("{}")
+        meter = self.meter
+        if meter.from_length is not None:  # the common case, from running sums alone
+            if not self._shows_summary(state):
+                return meter.length_tokens(None, 0, 0, len(state.recent), state.recent_size)
+            return meter.length_tokens(
+                state.summary_json,
+                len(state.pending) - state.visible_from,
+                state.visible_size,
+                len(state.recent),
+                state.recent_size,
+            )
         recent = _part(state.recent, state.recent_size)
         if not self._shows_summary(state):
-            return self.meter.view_tokens(None, None, recent)
+            return meter.view_tokens(None, None, recent)
         pending_ = state.pending
         pending = Part(
             len(pending_) - state.visible_from,
@@ -71,7 +82,7 @@ class Budget:
             lambda: (e.fragment for e in pending_[state.visible_from :]),
             lambda: pending_[-1].fragment,
         )
-        return self.meter.view_tokens(state.summary_json, pending, recent)
+        return meter.view_tokens(state.summary_json, pending, recent)
 
     def fits(self, state: MemoryState) -> bool:
         return not self.limit or self.tokens(state) <= self.limit

@@ -92,6 +92,10 @@ _SUMMARY_HEAD = 'summary":'
 _CACHE_SIZE = 512
 
 
+_FIXED_LENGTH = len(_OPEN) + len(_RECENT_OPEN) + 1 + len(_CLOSE)
+_PENDING_LENGTH = len(_PENDING_OPEN) + 2
+
+
 def _list_length(count: int, chars: int) -> int:
     return chars + max(0, count - 1)
 
@@ -161,12 +165,8 @@ class TokenMeter:
         ``summary_json`` is ``None`` when absent.
         """
         if self.from_length is not None:
-            length = len(_OPEN) + len(_RECENT_OPEN) + 1 + _list_length(recent[0], recent[1])
-            if pending is not None and pending[0]:
-                length += len(_PENDING_OPEN) + 2 + _list_length(pending[0], pending[1])
-            if summary_json is not None:
-                length += len(_SUMMARY_KEY) + len(summary_json)
-            return self.from_length(length + len(_CLOSE))
+            count, size = (pending[0], pending[1]) if pending is not None else (0, 0)
+            return self.length_tokens(summary_json, count, size, recent[0], recent[1])
         if self.additive:
             return self._additive_tokens(summary_json, pending, recent)
         parts = [_OPEN]
@@ -177,6 +177,24 @@ class TokenMeter:
             parts += [_SUMMARY_KEY, summary_json]
         parts.append(_CLOSE)
         return self.estimator("".join(parts))
+
+    def length_tokens(
+        self,
+        summary_json: str | None,
+        pending_count: int,
+        pending_size: int,
+        recent_count: int,
+        recent_size: int,
+    ) -> int:
+        """:meth:`view_tokens` for a length-based estimator, from counts and sizes alone
+        (the budget's hot path: no list, no closure)."""
+        assert self.from_length is not None
+        length = _FIXED_LENGTH + _list_length(recent_count, recent_size)
+        if pending_count:
+            length += _PENDING_LENGTH + _list_length(pending_count, pending_size)
+        if summary_json is not None:
+            length += len(_SUMMARY_KEY) + len(summary_json)
+        return self.from_length(length)
 
     def _additive_tokens(self, summary_json: str | None, pending: Part | None, recent: Part) -> int:
         count = self._count
