@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from stm_conformance import ScriptedSummarizer
 from stm_conformance._deadline import noting_callers
-from stm_conformance.checks import config, memory_view, patient, turn
+from stm_conformance.checks import config, eventually, memory_view, patient, turn
 from stm_conformance.contract import (
     MemoryBudget,
     MemoryKey,
@@ -372,6 +372,33 @@ async def test_penguiflow_v1_states_load(make_memory, stm_capabilities, name):
             f"{rule}pending turns of {name}"
         )
     summarizer.release()
+
+
+@scenario("bound:lower", "bound:upper")
+@req("HLT-004", "HLT-005", "SER-004")
+@pytest.mark.stm_capability("rolling_summary")
+async def test_a_loaded_healthy_v1_state_has_no_failures_and_no_drops(make_memory):
+    """A HEALTHY state written by PenguiFlow records no failure and no dropped turn, and
+    loaded it has none: ``dropped_turns`` is 0, and when every call then fails the memory
+    makes the first attempt and ``retry_attempts`` retries, no fewer and no more, before
+    DEGRADED."""
+    state = _v1("rolling_summary_healthy.json")
+    summarizer = ScriptedSummarizer()
+    summarizer.fail_always("raise")
+    cfg = config(full_zone_turns=1, retry_attempts=2)
+    memory = await make_memory(cfg, summarizer=summarizer)
+    memory.from_dict(state)
+    dropped = memory.to_dict().get("dropped_turns", 0)
+    assert dropped == 0, f"HLT-005: a loaded v1 state dropped no turn, dropped_turns={dropped}"
+    await memory.add_turn(turn(0))  # the window of 1 evicts the state's turns: a call starts
+    await eventually(
+        lambda: memory.health.value == "degraded",
+        what="HLT-002: retries the memory schedules itself, then DEGRADED (precondition)",
+    )
+    assert len(summarizer.calls) == cfg.retry_attempts + 1, (
+        f"HLT-004: a loaded HEALTHY v1 state has no failures yet: the first attempt and "
+        f"{cfg.retry_attempts} retries before DEGRADED, got {len(summarizer.calls)} calls"
+    )
 
 
 @req("SER-005", "SER-002")
