@@ -387,7 +387,10 @@ async def test_a_loaded_healthy_v1_state_has_no_failures_and_no_drops(make_memor
     summarizer.fail_always("raise")
     cfg = config(full_zone_turns=1, retry_attempts=2)
     memory = await make_memory(cfg, summarizer=summarizer)
-    memory.from_dict(state)
+    try:
+        memory.from_dict(state)
+    except Exception as exc:
+        raise AssertionError(f"SER-004: a HEALTHY v1 state did not load: {exc!r}") from exc
     dropped = memory.to_dict().get("dropped_turns", 0)
     assert dropped == 0, f"HLT-005: a loaded v1 state dropped no turn, dropped_turns={dropped}"
     await memory.add_turn(turn(0))  # the window of 1 evicts the state's turns: a call starts
