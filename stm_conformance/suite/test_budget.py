@@ -20,7 +20,7 @@ from stm_conformance.checks import (
     turn_json,
     users,
 )
-from stm_conformance.contract import default_token_estimator
+from stm_conformance.contract import ConversationTurn, default_token_estimator
 from stm_conformance.model import SpecModel
 
 req = pytest.mark.stm_requirement
@@ -159,16 +159,26 @@ async def test_estimate_uses_the_configured_estimator(make_memory, estimator):
 async def test_estimate_with_pending_turns_uses_the_configured_estimator(
     make_memory, scripted_summarizer, estimator, total
 ):
-    """The same with pending turns in the view (a call held), limited or not."""
+    """The same with a summary and pending turns in the view (the next call held), limited
+    or not; under the limit the oldest pending turns are hidden, so a count of the pending
+    turns shown must leave them out."""
     cfg = config(
         full_zone_turns=1, total_max_tokens=total, summary_max_tokens=20, token_estimator=estimator
     )
     memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))  # u0 is evicted and summarized
+    await memory.flush()
+    await _check_invariants(memory, cfg, estimator)
     scripted_summarizer.hold()
-    for i in range(6):
+    for i in range(2, 9):
         await memory.add_turn(turn(i, pad=i * 3, digest=i % 2 == 0))
         await _check_invariants(memory, cfg, estimator)
-    assert (await memory_view(memory)).get("pending_turns"), "check setup: no pending turn"
+    view = await memory_view(memory)
+    assert view.get("pending_turns") and view.get("summary"), f"check setup: {view}"
+    # A long turn: under the limit it leaves no room for any pending turn.
+    await memory.add_turn(ConversationTurn(user_message="w " * 150, assistant_response="a"))
+    await _check_invariants(memory, cfg, estimator)
     scripted_summarizer.release()
 
 
@@ -333,6 +343,44 @@ async def test_a_summary_over_many_pending_turns_hides_them_in_one_step(make_mem
     _assert_view_is_the_models(await _check_invariants(memory, cfg), model, "after the summary")
     hidden_at_once = before - len(model.visible_pending) - len(calls[0]["turns"])
     assert hidden_at_once >= 3, f"check setup: the summary hid only {hidden_at_once} turns"
+
+
+@scenario("bound:lower", "bound:upper")
+@req("BUD-004", "BUD-001")
+@cap("rolling_summary")
+async def test_with_nothing_else_left_to_trim_the_summary_is_shortened(make_memory):
+    """``truncate_oldest``, ``full_zone_turns=0`` and ``summary_max_tokens`` equal to
+    ``total_max_tokens``: a summary of exactly that size is valid, but with the view's own
+    keys it is over the limit. No turn is left to hide or evict, so the summary is shortened
+    to the longest tail that fits: the kit model's, no shorter and no longer."""
+    total = 40
+    summary = "summary " * 19 + "end"  # 155 characters: exactly 39 tokens by itself
+    calls: list[Any] = []
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        calls.append(copy.deepcopy(dict(payload)))
+        return {"summary": summary}
+
+    cfg = config(full_zone_turns=0, total_max_tokens=total, summary_max_tokens=total)
+    model = SpecModel(cfg)
+    memory = await make_memory(cfg, summarizer=summarizer)
+    model.add(turn(0))
+    await memory.add_turn(turn(0))
+    # The estimate first: a backend that measures other text trims by it (BUD-008).
+    await _check_invariants(memory, cfg)
+    view = await summary_or_failure(memory)
+    assert calls, f"WM-002: u0, evicted by a window of 0, reached no summarizer call: {view}"
+    assert view.get("summary") and memory.health.value == "healthy", (
+        f"BUD-004: a summary within summary_max_tokens was not installed, shortened or not "
+        f"(health {memory.health.value!r}, view {view})"
+    )
+    model.install(calls[0], summary)
+    view = await _check_invariants(memory, cfg)
+    assert view.get("summary") == model.summary, (
+        f"BUD-004: with nothing else left, the summary is shortened to its longest tail that "
+        f"fits: {len(model.summary)} characters, got {len(view.get('summary', ''))}"
+    )
+    assert model.summary and model.summary != summary, "check setup: the summary fit as is"
 
 
 @scenario("bound:upper")
