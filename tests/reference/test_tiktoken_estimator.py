@@ -238,7 +238,9 @@ def test_a_memory_counts_its_view_exactly_with_tiktoken(
     texts: list[tuple[str, str, bool]], summaries: list[str], total: int, window: int, policy: str
 ) -> None:
     """BUD-008 with the per-turn counts: after every turn and every summary the estimate
-    equals the estimator on the whole view's canonical JSON, for unfriendly text."""
+    equals the estimator on the whole view's canonical JSON, for unfriendly text; in the
+    second half of the turns calls wait, so pending turns (shown and hidden) pile up next
+    to the summary."""
     from reference_impl import (
         ConversationTurn,
         DefaultShortTermMemory,
@@ -250,8 +252,11 @@ def test_a_memory_counts_its_view_exactly_with_tiktoken(
 
     estimate = te.tiktoken_estimator()
     outputs = iter(summaries * 20)
+    gate = asyncio.Event()  # open for the first half of the turns, then shut: calls wait
+    gate.set()
 
     async def summarizer(payload: Any) -> dict[str, str]:
+        await gate.wait()
         return {"summary": next(outputs, "")}
 
     async def run() -> None:
@@ -267,7 +272,9 @@ def test_a_memory_counts_its_view_exactly_with_tiktoken(
         )
         memory = DefaultShortTermMemory(config=config, summarizer=summarizer)
         try:
-            for user, assistant, digest in texts:
+            for index, (user, assistant, digest) in enumerate(texts):
+                if index == len(texts) // 2:
+                    gate.clear()  # a summary in the view, pending turns piling up behind it
                 await memory.add_turn(
                     ConversationTurn(
                         user_message=user,
@@ -283,6 +290,7 @@ def test_a_memory_counts_its_view_exactly_with_tiktoken(
                     view = await memory.get_llm_context()
                     assert memory.estimate_tokens() == estimate(canonical_json(view)), view
                     await asyncio.sleep(0)
+            gate.set()
             await memory.flush()
             view = await memory.get_llm_context()
             assert memory.estimate_tokens() == estimate(canonical_json(view)), view
