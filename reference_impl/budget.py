@@ -21,9 +21,7 @@ __all__ = ["Budget"]
 def _part(entries: Sequence[Entry], size: int | None = None) -> Part:
     if size is None:
         size = sum(e.size for e in entries)
-    return Part(
-        len(entries), size, lambda: (e.fragment for e in entries), lambda: entries[-1].fragment
-    )
+    return Part(len(entries), size, lambda: (e.fragment for e in entries), lambda: entries[-1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +78,7 @@ class Budget:
             len(pending_) - state.visible_from,
             state.visible_size,
             lambda: (e.fragment for e in pending_[state.visible_from :]),
-            lambda: pending_[-1].fragment,
+            lambda: pending_[-1],
         )
         return meter.view_tokens(state.summary_json, pending, recent)
 

@@ -127,8 +127,7 @@ class DefaultShortTermMemory:
                 f"turn would take the memory over total_max_tokens={budget.total_max_tokens}"
             )
         watermark.admit(state, entry, config)
-        if budget.total_max_tokens:
-            self._budget.enforce(state)
+        self._budget.enforce(state)
         self._on_turn.emit(turn)
         if strategy == "rolling_summary":
             self._wake()

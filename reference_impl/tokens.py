@@ -22,12 +22,13 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring
-from typing import Any
+from typing import Any, Protocol
 
 from .types import TokenEstimator, default_token_estimator
 
 __all__ = [
     "LengthBasedEstimator",
+    "Measured",
     "Part",
     "TokenMeter",
     "canonical_json",
@@ -100,17 +101,31 @@ def _list_length(count: int, chars: int) -> int:
     return chars + max(0, count - 1)
 
 
-class Part(tuple[int, int, Callable[[], Iterable[str]], Callable[[], str]]):
+class Measured(Protocol):
+    """A turn as the meter sees it: its fragment and its size (an ``Entry``)."""
+
+    @property
+    def fragment(self) -> str: ...
+
+    @property
+    def size(self) -> int: ...
+
+
+class Part(tuple[int, int, Callable[[], Iterable[str]], Callable[[], Measured]]):
     """One list of turns in a view: ``(count, size, fragments, last)``.
 
     ``size`` is the sum of the turns' sizes (:meth:`TokenMeter.entry_size`); ``fragments``
-    and ``last`` (the newest turn's fragment) are only called when the text is needed.
+    and ``last`` (the newest turn) are only called when the text is needed.
     """
 
     __slots__ = ()
 
     def __new__(
-        cls, count: int, size: int, fragments: Callable[[], Iterable[str]], last: Callable[[], str]
+        cls,
+        count: int,
+        size: int,
+        fragments: Callable[[], Iterable[str]],
+        last: Callable[[], Measured],
     ) -> Part:
         return tuple.__new__(cls, (count, size, fragments, last))
 
@@ -201,13 +216,13 @@ class TokenMeter:
         tokens = count(_HEAD)
         if pending is not None and pending[0]:
             last = pending[3]()
-            tokens += count(_PENDING_HEAD) + pending[1] - self.entry_size(last)
-            tokens += count(last[2:] + _NEXT_KEY)
+            tokens += count(_PENDING_HEAD) + pending[1] - last.size
+            tokens += count(last.fragment[2:] + _NEXT_KEY)
         after = _NEXT_KEY if summary_json is not None else _END
         if recent[0]:
             last = recent[3]()
-            tokens += count(_RECENT_HEAD) + recent[1] - self.entry_size(last)
-            tokens += count(last[2:] + after)
+            tokens += count(_RECENT_HEAD) + recent[1] - last.size
+            tokens += count(last.fragment[2:] + after)
         else:
             tokens += count('recent_turns":[' + after)
         if summary_json is not None:

@@ -50,12 +50,9 @@ def evict_oldest_recent(state: MemoryState, config: ShortTermMemoryConfig) -> No
 
 def admit(state: MemoryState, entry: Entry, config: ShortTermMemoryConfig) -> None:
     """Append a new turn to recent and evict beyond ``full_zone_turns`` (BUD-003, WM-002)."""
-    recent = state.recent  # push_recent, inlined: this runs on every add_turn
-    recent.append(entry)
-    state.recent_size += entry.size
+    state.push_recent(entry)
     state.next_seq = entry.seq + 1
-    window = config.budget.full_zone_turns
-    while len(recent) > window:
+    while len(state.recent) > config.budget.full_zone_turns:
         evict_oldest_recent(state, config)
 
 

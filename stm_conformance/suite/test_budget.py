@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -239,6 +240,26 @@ async def test_many_pending_turns_of_varied_sizes(make_memory, scripted_summariz
     scripted_summarizer.release()
 
 
+def _first_call_answers(
+    summary: str, release: asyncio.Event | None = None
+) -> tuple[Callable[[Any], Awaitable[dict[str, str]]], list[dict[str, Any]]]:
+    """A summarizer whose first call returns ``summary`` (once ``release`` is set, if
+    given) and whose later calls stay in flight, so nothing else changes the view; and the
+    payloads it is sent, in call order."""
+    calls: list[dict[str, Any]] = []
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        calls.append(copy.deepcopy(dict(payload)))
+        if len(calls) == 1:
+            if release is not None:
+                await release.wait()
+            return {"summary": summary}
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    return summarizer, calls
+
+
 def _assert_view_is_the_models(view: dict[str, Any], model: SpecModel, when: str) -> None:
     """The recent and visible pending turns of ``view`` are exactly ``model``'s (BUD-004,
     BUD-010), blamed on BUD-004 when recent differs and on BUD-010 when pending does."""
@@ -298,16 +319,8 @@ async def test_a_summary_over_many_pending_turns_hides_them_in_one_step(make_mem
     next call stays in flight, so nothing else changes the view meanwhile.
     (``truncate_oldest``: under ``truncate_summary`` the summary would be shortened instead.)"""
     summary = "The user and the assistant discussed retries. " * 11  # 132 tokens
-    first_done, calls = asyncio.Event(), []
-
-    async def summarizer(payload: Any) -> dict[str, str]:
-        calls.append(copy.deepcopy(dict(payload)))
-        if len(calls) == 1:
-            await first_done.wait()
-            return {"summary": summary}
-        await asyncio.Event().wait()  # later calls stay in flight: the view holds still
-        raise AssertionError("unreachable")
-
+    first_done = asyncio.Event()
+    summarizer, calls = _first_call_answers(summary, first_done)
     cfg = config(full_zone_turns=2, total_max_tokens=700, summary_max_tokens=200)
     model = SpecModel(cfg)
     memory = await make_memory(cfg, summarizer=summarizer)
@@ -487,15 +500,7 @@ async def test_error_policy_measures_pending_turns_and_the_summary(make_memory, 
     pending turn and the summary -- would exceed ``total_max_tokens``, and taken otherwise,
     once at exactly the limit. The kit model decides; a refusal changes nothing."""
     summary = "Earlier: the user asked how services should retry failed calls. "
-    calls: list[Any] = []
-
-    async def summarizer(payload: Any) -> dict[str, str]:
-        calls.append(copy.deepcopy(dict(payload)))
-        if len(calls) == 1:
-            return {"summary": summary}
-        await asyncio.Event().wait()  # later calls stay in flight
-        raise AssertionError("unreachable")
-
+    summarizer, calls = _first_call_answers(summary)
     total = 150
     cfg = config(
         full_zone_turns=2, total_max_tokens=total, summary_max_tokens=40, overflow_policy="error"
@@ -716,16 +721,8 @@ async def test_error_policy_measures_the_summary_with_the_turns_evicted_during_i
         model.add(t)
     model.install({"turns": [model.pending[0].rendered]}, summary)
     total = {"exactly": model.tokens(), "one_over": model.tokens() - 1, "none": 0}[limit]
-    release, calls = asyncio.Event(), []
-
-    async def summarizer(payload: Any) -> dict[str, str]:
-        calls.append(payload)
-        if len(calls) == 1:
-            await release.wait()
-            return {"summary": summary}
-        await asyncio.Event().wait()  # a retry stays in flight
-        raise AssertionError("unreachable")
-
+    release = asyncio.Event()
+    summarizer, calls = _first_call_answers(summary, release)  # a retry stays in flight
     cfg = config(
         full_zone_turns=2,
         total_max_tokens=total,
