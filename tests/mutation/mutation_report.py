@@ -14,6 +14,10 @@ Every mutant that the suite did not kill is classified:
 - ``listed``: ``tests/mutation/equivalents.toml`` names it (the function, and fnmatch
   patterns of the line removed and the line added) with the reason it cannot change
   anything the spec makes observable;
+- ``outside``: an ``[[outside]]`` entry of that file names it: it changes behaviour only
+  for what the suite never gives a backend (an estimator the reference counts
+  incrementally, a state the reference never writes), and names the project test that
+  kills it. It counts against the score, like an open survivor;
 - otherwise it is an open survivor, listed with its change.
 
 The score is killed / (all - equivalent), equivalent being ``message`` plus ``listed``;
@@ -113,8 +117,22 @@ def _message_lines(tree: ast.AST) -> tuple[set[int], set[int]]:
     return raised, logged
 
 
-def classify(mutants: list[Mutant], root: Path, equivalents: list[dict[str, str]]) -> None:
+def _matches(entry: dict[str, str], mutant: Mutant) -> bool:
+    return (
+        entry["function"] == mutant.function
+        and fnmatch.fnmatchcase(mutant.removed, entry["removed"])
+        and fnmatch.fnmatchcase(mutant.added, entry.get("added", "*"))
+    )
+
+
+def classify(
+    mutants: list[Mutant],
+    root: Path,
+    equivalents: list[dict[str, str]],
+    outside: list[dict[str, str]] | None = None,
+) -> None:
     """Fill ``function``, ``removed``, ``added`` and the verdict of every mutant."""
+    outside = outside or []
     sources: dict[str, tuple[list[str], dict[str, ast.AST]]] = {}
     for mutant in mutants:
         path, name = _split(mutant.name)
@@ -146,15 +164,17 @@ def classify(mutants: list[Mutant], root: Path, equivalents: list[dict[str, str]
             mutant.verdict, mutant.reason = "message", "changes only what is logged"
             continue
         for entry in equivalents:
-            if (
-                entry["function"] == mutant.function
-                and fnmatch.fnmatchcase(mutant.removed, entry["removed"])
-                and fnmatch.fnmatchcase(mutant.added, entry.get("added", "*"))
-            ):
+            if _matches(entry, mutant):
                 mutant.verdict, mutant.reason = "listed", entry["reason"]
                 break
         else:
-            mutant.verdict = "open"
+            for entry in outside:
+                if _matches(entry, mutant):
+                    mutant.verdict = "outside"
+                    mutant.reason = f"{entry['reason']} (killed by `{entry['killed_by']}`)"
+                    break
+            else:
+                mutant.verdict = "open"
 
 
 def _indent(lines: list[str]) -> int:
@@ -180,21 +200,36 @@ def render(mutants: list[Mutant], wall_s: float | None) -> str:
     ]
     by_function = Counter(m.function for m in mutants)
     open_ = [m for m in mutants if m.verdict == "open"]
-    lines += ["| module | mutants | killed | message or log only | equivalent | open |"]
-    lines.append("| --- | --- | --- | --- | --- | --- |")
+    lines += [
+        "| module | mutants | killed | message or log only | equivalent | outside the suite "
+        "| open |"
+    ]
+    lines.append("| --- | --- | --- | --- | --- | --- | --- |")
     modules = sorted({f.split(".")[0] for f in by_function})
     for module in modules:
         of = [m for m in mutants if m.function.split(".")[0] == module]
         counts = Counter(m.verdict for m in of)
         lines.append(
             f"| {module} | {len(of)} | {counts['killed']} | {counts['message']} | "
-            f"{counts['listed']} | {counts['open']} |"
+            f"{counts['listed']} | {counts['outside']} | {counts['open']} |"
         )
     listed = [m for m in mutants if m.verdict == "listed"]
     if listed:
         lines += ["", "Equivalent mutants:", "", "| function | change | why equivalent |"]
         lines.append("| --- | --- | --- |")
         for m in listed:
+            lines.append(f"| `{m.function}` | {_change(m)} | {m.reason} |")
+    outside = [m for m in mutants if m.verdict == "outside"]
+    if outside:
+        lines += [
+            "",
+            f"Survivors outside the suite's reach ({len(outside)}): they change behaviour only "
+            "for what the suite never gives a backend; the project's tests kill them.",
+            "",
+            "| function | change | why out of reach |",
+            "| --- | --- | --- |",
+        ]
+        for m in outside:
             lines.append(f"| `{m.function}` | {_change(m)} | {m.reason} |")
     if open_:
         lines += ["", f"Open survivors ({len(open_)}): the suite does not see these changes.", ""]
@@ -219,9 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wall-s", type=float, help="wall time of the run, to report")
     parser.add_argument("--min-score", type=float, default=90.0)
     args = parser.parse_args(argv)
-    equivalents = tomllib.loads(EQUIVALENTS.read_text(encoding="utf-8")).get("equivalent", [])
+    listed = tomllib.loads(EQUIVALENTS.read_text(encoding="utf-8"))
     mutants = results(args.root)
-    classify(mutants, args.root, equivalents)
+    classify(mutants, args.root, listed.get("equivalent", []), listed.get("outside", []))
     region = render(mutants, args.wall_s)
     killed, counted, percent = score(mutants)
     print(f"mutation score {percent:.1f}% ({killed}/{counted}; {len(mutants)} mutants)")

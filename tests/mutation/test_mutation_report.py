@@ -75,3 +75,24 @@ def test_survivors_are_classified_by_what_they_change(tmp_path: Path) -> None:
     assert (killed, counted) == (1, 2) and percent == 50.0
     region = report.render(mutants, 60.0)
     assert "**Mutation score: 50.0%**" in region and "`if a > 1:` → `if a >= 1:`" in region
+
+
+def test_a_survivor_outside_the_suite_names_its_killer_and_counts_against_the_score(
+    tmp_path: Path,
+) -> None:
+    report = _report()
+    path = tmp_path / "mutants" / "reference_impl" / "m.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(textwrap.dedent(SOURCE), encoding="utf-8")
+    mutants = [report.Mutant(f"reference_impl.m.x_f__mutmut_{n}", "survived") for n in (3, 4)]
+    outside = [
+        {"function": "m.f", "removed": "if a > 1:", "reason": "never given", "killed_by": "t.py"}
+    ]
+    report.classify(mutants, tmp_path, [], outside)
+    assert [(m.verdict, m.reason) for m in mutants] == [
+        ("outside", "never given (killed by `t.py`)"),
+        ("open", ""),
+    ]
+    assert report.score(mutants)[:2] == (0, 2)
+    region = report.render(mutants, None)
+    assert "outside the suite's reach (1)" in region and "killed by `t.py`" in region

@@ -882,3 +882,71 @@ async def test_keys_sharing_one_store_never_see_each_other(
 if __name__ == "__main__":
     SCHEMA_PATH.write_text(schema_text(), encoding="utf-8")
     print(f"wrote {SCHEMA_PATH}")
+
+
+# -- states the reference never writes: normalised on load ---------------------------------
+
+
+async def _state_with_pending(n: int = 4) -> dict[str, Any]:
+    """A HEALTHY state with pending turns (the summarizer never answers)."""
+    memory = DefaultShortTermMemory(
+        config=config_for(budget={"full_zone_turns": 1, "total_max_tokens": 0}),
+        key=KEY_A,
+        summarizer=blocked_summarizer,
+    )
+    for i in range(n):
+        await memory.add_turn(make_turn(i))
+    state = json.loads(json.dumps(memory.to_dict()))
+    await memory.aclose()
+    assert [t["user_message"] for t in state["pending"]] == [f"u{i}" for i in range(n - 1)]
+    return state
+
+
+@pytest.mark.anyio
+async def test_a_backlog_outside_degraded_loads_as_the_oldest_pending_turns() -> None:
+    """Another writer's HEALTHY state with a backlog: the backlog turns become the oldest
+    pending turns, nothing is lost."""
+    state = await _state_with_pending()
+    state["backlog"], state["pending"] = state["pending"][:2], state["pending"][2:]
+    memory = fresh(config_for(budget={"full_zone_turns": 1, "total_max_tokens": 0}))
+    memory.from_dict(state)
+    view = (await memory.get_llm_context())["conversation_memory"]
+    assert [t["user"] for t in view["pending_turns"]] == ["u0", "u1", "u2"]
+    assert memory.to_dict()["backlog"] == []
+
+
+@pytest.mark.anyio
+async def test_pending_turns_in_a_degraded_state_load_into_the_backlog() -> None:
+    """Another writer's DEGRADED state with pending turns: they move to the backlog
+    (HLT-004), bounded by the configured limit and counted when dropped (HLT-005)."""
+    state = await _state_with_pending()
+    state.update(health="degraded", failures=1)
+    config = config_for(
+        budget={"full_zone_turns": 1, "total_max_tokens": 0}, recovery_backlog_limit=2
+    )
+    memory = DefaultShortTermMemory(config=config, key=KEY_A, summarizer=blocked_summarizer)
+    memory.from_dict(state)
+    loaded = memory.to_dict()
+    assert loaded["pending"] == []
+    assert [t["user_message"] for t in loaded["backlog"]] == ["u1", "u2"]
+    assert loaded["dropped_turns"] == 1
+    await memory.aclose()
+
+
+class _NotAMappingStore:
+    async def load_memory_state(self, key: str) -> Any:
+        return ["not", "a", "state"]
+
+    async def save_memory_state(self, key: str, state: Any) -> None:
+        raise AssertionError("not called")
+
+
+@pytest.mark.anyio
+async def test_hydrate_from_a_record_that_is_not_a_mapping_is_a_value_error() -> None:
+    """A corrupt record gets from_dict's typed error (SER-003) and changes nothing."""
+    memory = fresh(config_for())
+    await memory.add_turn(make_turn(0))
+    before = memory.to_dict()
+    with pytest.raises(ValueError, match="must be a mapping"):
+        await memory.hydrate(_NotAMappingStore(), "acme:alice:s-1")
+    assert memory.to_dict() == before
