@@ -4,14 +4,16 @@ Deliberately simple and slow. It holds plain lists, recomputes everything from s
 and never awaits. Summarizer calls are fed to it as they happened to the backend: which
 turns a call covers is the backend's choice within the rules (:meth:`SpecModel.check_call`),
 and its summary is then installed by the spec's rules (:meth:`SpecModel.install`); a round
-of failures is one step (:meth:`SpecModel.fail`). Each rule is
-tagged with the requirement it implements, and the model records for every turn where it
-is and which rule put it there, so a divergence can be blamed on one requirement.
+of failures is one step (:meth:`SpecModel.fail`), and one failure with its retry held is
+another (:meth:`SpecModel.fail_once`). Each rule is tagged with the requirement it
+implements, and the model records for every turn where it is and which rule put it there,
+so a divergence can be blamed on one requirement.
 
 It covers the strategies ``truncation`` and ``rolling_summary`` under the truncate
-policies; the ``error`` policy, callbacks and timing are checked elsewhere. Health is
-observed at rest, so it is one of ``healthy`` and ``degraded`` (RETRY passes within a
-step, RECOVERING is DEGRADED's view).
+policies, and under ``error`` while nothing is refused (the model does not refuse);
+refusals, callbacks and timing are checked elsewhere. Health is observed at rest:
+``healthy``, ``retry`` while a retry is held, or ``degraded`` (RECOVERING is DEGRADED's
+view).
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ class SpecModel:
     health: str = "healthy"
     dropped_turns: int = 0
     turns: list[ModelTurn] = field(default_factory=list)
+    #: Every summary installed, in order (as returned, before any budget shortening).
+    installed: list[str] = field(default_factory=list)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -180,6 +184,7 @@ class SpecModel:
         if self.summary_size(summary) > self.config.budget.summary_max_tokens:
             raise ValueError("summaries over summary_max_tokens are failures (BUD-007)")
         self.summary = summary
+        self.installed.append(summary)
         for entry in covered:
             entry.place, entry.why = "summarized", "HLT-006" if recovering else "WM-003"
             self.summarized.append(entry)
@@ -189,8 +194,14 @@ class SpecModel:
                 entry.place, entry.why = "pending", "HLT-006"
             self.pending = rest + self.pending
         else:
-            self.pending = rest
+            self.pending, self.health = rest, "healthy"  # a success in RETRY ends it
         self._fit()
+
+    def fail_once(self) -> None:
+        """The first attempt failed and a retry is due: RETRY, nothing else changes
+        (HLT-002, HLT-003); the retry is sent the same batch (WM-004)."""
+        if self.rolling and self.health == "healthy" and self.pending:
+            self.health = "retry"
 
     def fail(self) -> None:
         """Every call fails until DEGRADED: pending turns move to the backlog (HLT-004)."""

@@ -453,11 +453,26 @@ def _skip_message(report: pytest.TestReport) -> str:
     return text.removeprefix("Skipped: ")
 
 
+#: The crash message (JUnit ``message``, short summary) keeps this many requirement lines,
+#: each cut to ``_BRIEF_CHARS``, so that the reason after them survives JUnit's 500
+#: character budget; the long output has them all in full.
+_BRIEF_LINES, _BRIEF_CHARS = 3, 100
+
+
+def _brief(headlines: Sequence[str]) -> str:
+    lines = [h if len(h) <= _BRIEF_CHARS else h[: _BRIEF_CHARS - 1] + "…" for h in headlines]
+    if len(lines) > _BRIEF_LINES:
+        more = len(lines) - _BRIEF_LINES + 1
+        lines = [*lines[: _BRIEF_LINES - 1], f"(and {more} more requirements)"]
+    return "\n".join(lines)
+
+
 def prefix_failure(report: pytest.TestReport, headlines: Sequence[str]) -> None:
     """Make a failure report start with the requirement IDs and their one-line text.
 
-    The headlines lead the long output and the crash message (JUnit ``message``, short
-    summary); the traceback stays structured, so pytest-xdist transports it unchanged.
+    The headlines lead the long output and, shortened (:func:`_brief`), the crash message
+    (JUnit ``message``, short summary); the traceback stays structured, so pytest-xdist
+    transports it unchanged.
     """
     text = "\n".join(headlines)
     longrepr = report.longrepr
@@ -468,7 +483,7 @@ def prefix_failure(report: pytest.TestReport, headlines: Sequence[str]) -> None:
         longrepr = prefixed
     crash = getattr(longrepr, "reprcrash", None)
     if crash is not None and isinstance(getattr(crash, "message", None), str):
-        crash.message = f"{text}\n{crash.message}"
+        crash.message = f"{_brief(headlines)}\n{crash.message}"
     elif longrepr is None or isinstance(longrepr, str):
         longrepr = f"{text}\n{longrepr or ''}".rstrip()
     report.longrepr = longrepr

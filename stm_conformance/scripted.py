@@ -17,7 +17,7 @@ import anyio
 
 from ._patience import patient
 
-__all__ = ["FailureMode", "RecordingCallbacks", "ScriptedSummarizer"]
+__all__ = ["CallbackError", "FailureMode", "RecordingCallbacks", "ScriptedSummarizer"]
 
 #: How a scripted call fails: ``raise`` (``RuntimeError``), ``not_mapping`` (returns a list),
 #: ``no_summary`` (``{"text": ...}``), ``non_string`` (``{"summary": 123}``), ``oversize``
@@ -88,6 +88,9 @@ class ScriptedSummarizer:
         self._held = False
         #: Calls started and currently blocked by :meth:`hold`.
         self.waiting = 0
+        #: Indexes of held calls :meth:`let_one_through` let go.
+        self._let_through: set[int] = set()
+        self._waiting_calls: list[int] = []
         #: ``time.monotonic()`` at the start of each call hanging now (``hang`` mode).
         self._hang_starts: list[float] = []
         self._queued: deque[FailureMode] = deque()
@@ -105,6 +108,13 @@ class ScriptedSummarizer:
         """Let held calls and later ones proceed."""
         self._held = False
         self._released.notify()
+
+    def let_one_through(self) -> None:
+        """Let the oldest held call proceed while calls stay held; for stepping a memory
+        one call at a time when its next call may start at any moment."""
+        if self._waiting_calls:
+            self._let_through.add(self._waiting_calls[0])
+            self._released.notify()
 
     @property
     def held(self) -> bool:
@@ -157,11 +167,14 @@ class ScriptedSummarizer:
         mode = None if self.decide_on_release else self._next_mode()
         self._called.notify()
         self.waiting += 1
+        self._waiting_calls.append(index)
         try:
-            while self._held:
+            while self._held and index not in self._let_through:
                 await self._released.wait()
         finally:
             self.waiting -= 1
+            self._waiting_calls.remove(index)
+            self._let_through.discard(index)
         if self.decide_on_release:
             mode = self._next_mode()
         if mode is not None:
@@ -215,6 +228,11 @@ class ScriptedSummarizer:
         finally:
             self._hang_starts.remove(started)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+class CallbackError(RuntimeError):
+    """What :class:`RecordingCallbacks` raise with ``raise_errors``: a backend that lets it
+    reach a caller broke CB-004."""
 
 
 class RecordingCallbacks:
@@ -310,7 +328,7 @@ class RecordingCallbacks:
             finally:
                 self.running -= 1
         if self.raise_errors:
-            raise RuntimeError(f"recording callback {name} raised on purpose")
+            raise CallbackError(f"recording callback {name} raised on purpose")
 
 
 def _check_mode(mode: str) -> None:

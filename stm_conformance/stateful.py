@@ -17,16 +17,24 @@ Model assumptions (what a backend may differ on without failing):
   backlog never overflows here (``recovery_backlog_limit`` exceeds the run length), so the
   turns a recovery covers do not depend on when it started. Overflow is checked elsewhere.
 - ``restore`` (with capability ``serialization``) round-trips the backend through its own
-  ``to_dict()``/``from_dict()``; the model is unchanged by it (SER-002).
+  ``to_dict()``/``from_dict()``; the model is unchanged by it (SER-002). ``reload`` loads
+  the backend's own state into the same memory while a call may be in flight: that call
+  belongs to the replaced state, and its outcome changes nothing (WM-004).
+- The steps not drawn at random (``fail_once``, ``fail_recovery``, ``flush_degraded``,
+  ``bad_state``, ``refuse``, ``close``, ``check_callbacks``) are for fixed scripts that
+  need a retry or a recovery attempt held in flight (``test_differential.SCRIPTS``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
+import re
 import uuid
 from collections.abc import Awaitable, Coroutine, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from hypothesis import strategies as st
@@ -43,6 +51,7 @@ from ._patience import patient
 from .checks import config
 from .contract import (
     ConversationTurn,
+    MemoryBudgetExceeded,
     MemoryKey,
     ShortTermMemoryConfig,
     TrajectoryDigest,
@@ -51,10 +60,11 @@ from .contract import (
 from .model import ModelTurn, SpecModel
 from .provider import Provider
 from .scenarios import Tracker, track
-from .scripted import ScriptedSummarizer
+from .scripted import CallbackError, FailureMode, RecordingCallbacks, ScriptedSummarizer
 
 __all__ = [
     "DIFFERENTIAL_CONFIGS",
+    "FAILURES",
     "Divergence",
     "MemoryDifferential",
     "differential_config",
@@ -74,6 +84,8 @@ class Divergence(AssertionError):
     """The backend differs from the model; the message starts with the requirement ID."""
 
     def __init__(self, requirement: str, message: str) -> None:
+        # Huge turns stay readable: any run of 121+ non-space characters is abbreviated.
+        message = re.sub(r"\S{121,}", lambda m: f"{m[0][:60]}…({len(m[0])} chars)", message)
         super().__init__(f"{requirement}: {message}")
         self.requirement = requirement
 
@@ -98,8 +110,10 @@ def differential_config(**overrides: Any) -> ShortTermMemoryConfig:
     return config("rolling_summary", **params)
 
 
-#: The configurations a run draws from: both truncate policies, windows of 0, 1 and 2
-#: turns, with and without a token limit, digests rendered or not.
+#: The configurations a run goes through: both truncate policies, windows of 0, 1 and 2
+#: turns, with and without a token limit, digests rendered or not, callbacks that record
+#: or raise (``"callbacks"``: they must change nothing, CB-004), and the ``error`` policy
+#: with room enough that nothing is refused (refusals are BUD-006's checks).
 DIFFERENTIAL_CONFIGS: tuple[dict[str, Any], ...] = (
     {},
     {"overflow_policy": "truncate_summary"},
@@ -107,11 +121,21 @@ DIFFERENTIAL_CONFIGS: tuple[dict[str, Any], ...] = (
     {"full_zone_turns": 1, "include_trajectory_digest": False},
     {"total_max_tokens": 0, "overflow_policy": "truncate_summary"},
     {"full_zone_turns": 1, "total_max_tokens": 400, "overflow_policy": "truncate_summary"},
+    {"full_zone_turns": 1, "callbacks": "raise"},
+    {"overflow_policy": "error", "total_max_tokens": 1_000_000, "callbacks": "record"},
 )
+
+#: Every way a summarizer call fails without hanging (HLT-007): the memory must treat each
+#: the same. Hangs need ``summarizer_timeout_s`` to pass and are WM-008's checks.
+FAILURES: tuple[FailureMode, ...] = (
+    "raise", "not_mapping", "no_summary", "non_string", "oversize", "cancel",
+)  # fmt: skip
 
 # Unfriendly text: non-ASCII, astral-plane, quotes and backslashes that JSON escapes, and
 # empty strings. No newline in user text: summary lines are ``user:<text>``.
-_USER_PAD = st.text(st.sampled_from(["x", "é", "🦜", '"', "\\", " ", "\t", "\u2028"]), max_size=40)
+_USER_PAD = st.text(
+    st.sampled_from(["x", "é", "🦜", '"', "\\", " ", "\t", "\u2028"]), max_size=40
+) | st.just("é🦜" * 5_001)  # huge: one turn alone is over every limited budget here
 _ASSISTANT = st.text(st.sampled_from(["a", "ß", "\U0001d518", "\n", "}", "'"]), max_size=30)
 _DIGEST = st.none() | st.builds(
     TrajectoryDigest,
@@ -136,6 +160,9 @@ class _Step:
     timeout: tuple[str, str] | None = None
     #: An illegal summarizer call the backend made: (requirement, message).
     problem: tuple[str, str] | None = None
+    #: The requirement any difference after this step breaks (a refused operation must
+    #: change nothing, whatever the difference).
+    blame: str | None = None
 
 
 class _StepTimeout(Exception):
@@ -150,8 +177,8 @@ class MemoryDifferential(RuleBasedStateMachine):
 
     provider: ClassVar[Provider]
     serialization: ClassVar[bool] = True
-    #: Run with exactly this configuration instead of drawing one of DIFFERENTIAL_CONFIGS.
-    memory_config: ClassVar[ShortTermMemoryConfig | None] = None
+    #: Run with exactly this variant instead of drawing one of DIFFERENTIAL_CONFIGS.
+    variant: ClassVar[Mapping[str, Any] | None] = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -160,6 +187,7 @@ class MemoryDifferential(RuleBasedStateMachine):
         self.summarizer = ScriptedSummarizer(max_chars=SUMMARY_CHARS, decide_on_release=True)
         self.summarizer.hold()
         self.sut: Any = None
+        self.recorder: RecordingCallbacks | None = None
         self.tracker: Tracker | None = None
         self.model: SpecModel | None = None
         self.step = _Step("start")
@@ -167,10 +195,17 @@ class MemoryDifferential(RuleBasedStateMachine):
         self.held_from = 0
         #: Summarizer calls already fed to the model.
         self.replayed = 0
+        #: Calls in flight when ``from_dict`` replaced the state: their outcome belongs to
+        #: the replaced state and changes nothing (WM-004).
+        self.discarded: set[int] = set()
         #: The model's summary when each call started, for calls that started during a step
         #: with no install in it (a call starting right after an install is sent that one).
         self.started_with: dict[int, str] = {}
         self.turns = 0
+        #: Whether a summarizer call was made to fail (HLT-008 blames what then raises).
+        self.failed = False
+        #: ``close`` ended the memory: the view is no longer judged.
+        self.closed = False
         #: What happened, for failure messages (hypothesis also prints its own steps).
         self.history: list[str] = []
 
@@ -229,6 +264,9 @@ class MemoryDifferential(RuleBasedStateMachine):
         calls, outputs = self.summarizer.calls, self.summarizer.outputs
         while self.replayed < len(calls):
             index = self.replayed
+            if index in self.discarded:
+                self.replayed += 1
+                continue
             if outputs[index] is None:
                 if index < len(calls) - 1 or not self.summarizer.held:
                     self.replayed += 1  # failed or cancelled: nothing to install
@@ -245,12 +283,25 @@ class MemoryDifferential(RuleBasedStateMachine):
         """Release calls and flush until the backend rests: the model has nothing pending
         (each flush covers what was pending when it started) or a flush stops returning."""
         assert self.model is not None
-        self.summarizer.release()
         for _ in range(8):
             try:
-                early = self._bounded(self._flush_and_look(), what)
+                early = self._bounded(self._flush_and_look(release=True), what)
             except _StepTimeout as exc:
-                self.step.timeout = (requirement, f"{exc.what}\n{exc.stack}")
+                # Turns evicted while the held call ran that no call was sent since: flush()
+                # waits for them because they were lost at the install (WM-003).
+                lost = self.step.unsent - self._sent_while_held()
+                self.step.timeout = (
+                    (
+                        "WM-003",
+                        f"{exc.what}: no call was sent {sorted(lost)}, evicted while "
+                        "the previous call ran; they must stay pending until a summary covers them",
+                    )
+                    if lost
+                    else (requirement, f"{exc.what}\n{exc.stack}")
+                )
+                return
+            except Exception as exc:
+                self._raised(exc, "flush()")
                 return
             if early:
                 self.step.problem = self.step.problem or (
@@ -275,23 +326,33 @@ class MemoryDifferential(RuleBasedStateMachine):
         if self.tracker is not None:
             self.tracker.before(operation, args)
 
-    async def _flush_and_look(self) -> set[str]:
+    async def _flush_and_look(self, *, release: bool = False) -> set[str]:
         """``flush()``, then (before anything else runs) the turns it should have covered
-        that are still pending in a memory that is not degraded (WM-007)."""
+        that are still pending in a memory that is not degraded (WM-007). With
+        ``release``, held calls are released once ``flush()`` is waiting for them."""
         before = _pending_users(await self.sut.get_llm_context())
         self._note("flush")
-        await self.sut.flush()
+        flushing = asyncio.ensure_future(self.sut.flush())
+        if release:
+            await asyncio.sleep(0)  # flush() starts while the call in flight is held
+            self.summarizer.release()
+        await flushing
         if str(self.sut.health.value) in _DEGRADED_FAMILY:
             return set()
         return before & _pending_users(await self.sut.get_llm_context())
 
     # -- rules ---------------------------------------------------------------------------
 
-    @initialize(variant=st.sampled_from(DIFFERENTIAL_CONFIGS))
-    def create(self, variant: dict[str, Any]) -> None:
-        cfg = self.memory_config or differential_config(**variant)
+    @initialize(drawn=st.sampled_from(DIFFERENTIAL_CONFIGS))
+    def create(self, drawn: dict[str, Any]) -> None:
+        variant = dict(self.variant if self.variant is not None else drawn)
+        callbacks = variant.pop("callbacks", None)
+        if callbacks is not None:
+            self.recorder = RecordingCallbacks(raise_errors=callbacks == "raise")
+            variant.update(self.recorder.config_kwargs())
+        cfg = differential_config(**variant)
         self.model = SpecModel(cfg)
-        self.history.append(f"create({variant})")
+        self.history.append(f"create({self.variant if self.variant is not None else drawn})")
         self.sut = self._run(self.provider.create(cfg, self.key, self._watched(cfg)))
         if self.tracker is not None:
             self.tracker.attach(self.sut)
@@ -316,6 +377,8 @@ class MemoryDifferential(RuleBasedStateMachine):
             self._bounded(go(), "add_turn did not return while a summarizer call was held")
         except _StepTimeout as exc:
             self.step.timeout = ("WM-001", f"{exc.what}\n{exc.stack}")
+        except Exception as exc:
+            self._raised(exc, "add_turn")
         self._note_call_starts()
 
     @precondition(lambda self: self.model is not None and not self.model.degraded)
@@ -333,17 +396,19 @@ class MemoryDifferential(RuleBasedStateMachine):
         self._replay()
 
     @precondition(lambda self: self.model is not None and not self.model.degraded)
-    @rule()
-    def fail_round(self) -> None:
+    @rule(mode=st.sampled_from(FAILURES))
+    def fail_round(self, mode: FailureMode = "raise") -> None:
         assert self.model is not None
-        self.step = _Step("fail_round", health_rule="HLT-004")
-        self.history.append("fail_round()")
+        # A health that did not change after invalid output: it was not taken as a failure.
+        self.step = _Step("fail_round", health_rule=_failure_rule(mode, "HLT-004"))
+        self.failed = True
+        self.history.append(f"fail_round({mode!r})")
         self.model.fail()
-        self.summarizer.fail_always("raise")
-        self.summarizer.release()
+        self.summarizer.fail_always(mode)
         try:
             early = self._bounded(
-                self._flush_and_look(), "flush() did not return while every call failed"
+                self._flush_and_look(release=True),
+                "flush() did not return while every call failed",
             )
             if early:
                 self.step.problem = (
@@ -353,6 +418,8 @@ class MemoryDifferential(RuleBasedStateMachine):
                 )
         except _StepTimeout as exc:
             self.step.timeout = ("HLT-004", f"{exc.what}\n{exc.stack}")
+        except Exception as exc:
+            self._raised(exc, "flush()")
         finally:
             self._hold()
         self.replayed = len(self.summarizer.calls)  # every call of this round failed
@@ -387,8 +454,9 @@ class MemoryDifferential(RuleBasedStateMachine):
         assert self.model is not None
         self.step = _Step("restore", health_rule="SER-002")
         self.history.append("restore()")
-        self._note("to_dict")
-        state = json.loads(json.dumps(self.sut.to_dict()))
+        state = self._state()
+        if state is None:
+            return
         cfg = self.model.config
         # The new instance gets a summarizer of its own: a call the old one left behind
         # (it should have none after closing, CON-003) cannot reach the new one's record.
@@ -396,6 +464,7 @@ class MemoryDifferential(RuleBasedStateMachine):
         self.summarizer = ScriptedSummarizer(max_chars=SUMMARY_CHARS, decide_on_release=True)
         self.summarizer.hold()
         self.held_from = self.replayed = 0
+        self.discarded = set()
         self.started_with = {}
 
         async def go() -> Any:
@@ -410,11 +479,246 @@ class MemoryDifferential(RuleBasedStateMachine):
         self.sut = self._run(go())
         self._note_call_starts()
 
+    @precondition(lambda self: self.serialization and self.model is not None)
+    @rule()
+    def reload(self) -> None:
+        """``from_dict(to_dict())`` into the same memory, with any call still in flight:
+        the state loaded is the state it had, so nothing observable changes (SER-002), and
+        the call in flight stays the only one (WM-004, checked by the calls it makes)."""
+        assert self.model is not None
+        self.step = _Step("reload", health_rule="SER-002")
+        self.history.append("reload()")
+        state = self._state()
+        if state is None:
+            return
+        self._note("from_dict", state)
+        self.sut.from_dict(state)
+        self.discarded.update(range(self.replayed, len(self.summarizer.calls)))
+        self._run(asyncio.sleep(0))
+        self._note_call_starts()
+
+    def _raised(self, exc: Exception, what: str) -> None:
+        """An operation raised: a callback's exception breaks CB-004; after summarizer
+        failures, any other breaks HLT-008; before any, the exception is the finding."""
+        if isinstance(exc, CallbackError):
+            self.step.problem = self.step.problem or ("CB-004", f"{what} raised {exc!r}")
+            return
+        if self.model is not None and self.model.health == "healthy" and not self.failed:
+            raise exc
+        self.step.problem = self.step.problem or (
+            "HLT-008",
+            f"{what} raised {exc!r} after summarizer failures",
+        )
+
+    def _state(self) -> dict[str, Any] | None:
+        """``to_dict()`` through JSON; ``None``, with the step's problem noted, unless it is
+        JSON data with an integer ``version`` (SER-001)."""
+        self._note("to_dict")
+        try:
+            state = json.loads(json.dumps(self.sut.to_dict()))
+        except (TypeError, ValueError) as exc:
+            self.step.problem = ("SER-001", f"to_dict() is not JSON data: {exc}")
+            return None
+        version = state.get("version") if isinstance(state, dict) else None
+        if not isinstance(state, dict) or type(version) is not int:
+            self.step.problem = ("SER-001", f"to_dict() has no integer version: {version!r}")
+            return None
+        return state
+
+    # -- steps of the fixed scripts (test_differential), not drawn at random ---------------
+
+    def bad_state(self) -> None:
+        """``from_dict`` of a malformed state (the memory's own, its ``version`` made a
+        string) raises ``ValueError`` and changes nothing, whatever runs (SER-003)."""
+        self.step = _Step("bad_state", health_rule="SER-003", blame="SER-003")
+        self.history.append("bad_state()")
+        state = self._state()
+        if state is None:
+            return
+        state["version"] = "two"
+        self._note("from_dict", state)
+        try:
+            self.sut.from_dict(state)
+        except ValueError:
+            pass
+        except Exception as exc:
+            self.step.problem = ("SER-003", f"from_dict of a malformed state raised {exc!r}")
+        else:
+            self.step.problem = ("SER-003", "from_dict accepted a state whose version is 'two'")
+
+    def refuse(self) -> None:
+        """Under policy ``error``, ``add_turn`` of a huge turn that the view would show is
+        refused with ``MemoryBudgetExceeded`` and changes nothing (BUD-006). Where the view
+        would not show it (DEGRADED with no window) the step does nothing."""
+        assert self.model is not None
+        turn = ConversationTurn(f"u{self.turns}:{'é🦜' * 5_001}", "", None)
+        after = copy.deepcopy(self.model)
+        after.add(turn)
+        limit = self.model.config.budget.total_max_tokens
+        if not (limit and after.tokens() > limit):
+            # Accepted, and it would reach the view only through a later summary, which the
+            # error policy may refuse to install (BUD-007): outside the model. Not tried.
+            return
+        self.step = _Step("refuse", health_rule="BUD-006", blame="BUD-006")
+        self.history.append("refuse()")
+        self._note("add_turn", turn)
+        try:
+            self._bounded(self.sut.add_turn(turn), "add_turn of a turn over the budget")
+        except MemoryBudgetExceeded:
+            return
+        except _StepTimeout as exc:
+            self.step.timeout = ("BUD-006", f"{exc.what}\n{exc.stack}")
+        except Exception as exc:
+            self.step.problem = ("BUD-006", f"add_turn over the budget raised {exc!r}")
+        else:
+            self.step.problem = ("BUD-006", "add_turn accepted a turn over the whole budget")
+
+    def check_callbacks(self) -> None:
+        """What the callbacks received, once they are all done: every turn added once, in
+        order (CB-001); one ``on_summary_updated`` per installed summary, with the summaries
+        the calls returned (CB-002); the health transitions as a chain from ``healthy`` to
+        the health now, none from a state to itself (CB-003)."""
+        recorder, model = self.recorder, self.model
+        if recorder is None or model is None:
+            return
+        self._run(recorder.settle(quiet_s=0.01))
+        users = [str(getattr(t, "user_message", t)) for t in recorder.turns]
+        added = [t.rendered["user"] for t in model.turns]
+        if users != added:
+            raise Divergence("CB-001", f"on_turn_added received {users}; added: {added}")
+        installed = [new for _, new in recorder.summaries]
+        if len(installed) != len(model.installed):
+            raise Divergence(
+                "CB-002",
+                f"on_summary_updated ran {len(installed)} times for {len(model.installed)} "
+                "installed summaries",
+            )
+        chain, now = ["healthy"], str(self.sut.health.value)
+        for old, new in recorder.health:
+            if old == new or old != chain[-1]:
+                raise Divergence("CB-003", f"health callbacks {recorder.health} are no chain")
+            chain.append(new)
+        if chain[-1] != now:
+            raise Divergence(
+                "CB-003", f"health callbacks {recorder.health} end in {chain[-1]}, not {now}"
+            )
+
+    def _held_call(self, requirement: str, what: str) -> bool:
+        """Wait (bounded) until a summarizer call of the current state is held (one left
+        from before a ``from_dict`` is let go first); False, with the step's timeout noted,
+        if none starts."""
+        calls = self.summarizer.calls
+        if self.summarizer.waiting and len(calls) - 1 not in self.discarded:
+            return True
+
+        async def go() -> None:
+            if self.summarizer.waiting:  # the replaced state's call: let it end
+                self.summarizer.let_one_through()
+            started = len(calls)
+            while not (self.summarizer.waiting and len(calls) > started):
+                await self.summarizer.wait_for_calls(len(calls) + 1, STEP_TIMEOUT_S)
+
+        try:
+            self._bounded(go(), what)
+        except (_StepTimeout, TimeoutError) as exc:
+            self.step.timeout = (requirement, f"{what}: {exc}")
+            return False
+        return True
+
+    def _fail_held_call(self, mode: FailureMode, requirement: str, what: str) -> None:
+        """The held call fails in ``mode``; the next call the memory makes is held."""
+        self.summarizer.fail_next(1, mode)
+        calls = len(self.summarizer.calls)
+        self.summarizer.let_one_through()
+
+        async def go() -> None:
+            await self.summarizer.wait_for_calls(calls + 1, STEP_TIMEOUT_S)
+
+        try:
+            self._bounded(go(), what)
+        except (_StepTimeout, TimeoutError) as exc:
+            self.step.timeout = (requirement, f"{what}: {exc}")
+        self._note_call_starts()
+
+    def fail_once(self, mode: FailureMode = "raise") -> None:
+        """The call in flight fails once in ``mode``; the retry the memory schedules by
+        itself is held, so the memory stays in RETRY (HLT-002, HLT-003)."""
+        assert self.model is not None
+        self.step = _Step("fail_once", health_rule=_failure_rule(mode, "HLT-002"))
+        self.failed = True
+        self.history.append(f"fail_once({mode!r})")
+        self.model.fail_once()
+        if self.model.health != "retry":
+            return  # nothing pending, so no call to fail
+        if self._held_call("WM-002", "no summarizer call started for the pending turns"):
+            self._fail_held_call(mode, "HLT-002", "no retry started after a failed call")
+
+    def fail_recovery(self, mode: FailureMode = "raise") -> None:
+        """A recovery attempt fails in ``mode``: still DEGRADED, with the next attempt the
+        memory schedules by itself held (HLT-006)."""
+        assert self.model is not None and self.model.degraded
+        self.step = _Step("fail_recovery", health_rule=_failure_rule(mode, "HLT-006"))
+        self.failed = True
+        self.history.append(f"fail_recovery({mode!r})")
+        if not self.model.backlog:
+            return  # nothing to recover with: no attempt
+        if self._held_call("HLT-006", "no recovery attempt started while DEGRADED"):
+            self._fail_held_call(mode, "HLT-006", "no recovery attempt after a failed one")
+
+    def flush_degraded(self) -> None:
+        """``flush()`` while DEGRADED (a recovery attempt may be held) returns at once
+        (WM-007): nothing is pending."""
+        assert self.model is not None and self.model.degraded
+        self.step = _Step("flush_degraded", health_rule="HLT-006")
+        self.history.append("flush_degraded()")
+
+        async def go() -> None:
+            self._note("flush")
+            await self.sut.flush()
+
+        try:
+            self._bounded(go(), "flush() did not return while DEGRADED")
+        except _StepTimeout as exc:
+            self.step.timeout = ("WM-007", f"{exc.what}\n{exc.stack}")
+        except Exception as exc:
+            self._raised(exc, "flush()")
+
+    def close(self) -> None:
+        """``aclose()`` with a call in flight (held): it returns and leaves no task of the
+        memory running (CON-003)."""
+        self.step = _Step("close", health_rule="CON-003")
+        self.history.append("close()")
+        if not hasattr(self.sut, "aclose"):
+            return
+        self._held_call("CON-003", "no summarizer call in flight to close over")
+
+        async def go() -> set[asyncio.Task[Any]]:
+            self._note("aclose")
+            await self.sut.aclose()
+            # Right away: a task cancelled but not yet finished when aclose() returns is
+            # still running.
+            return {t for t in asyncio.all_tasks() if not t.done() and not _kit_task(t)}
+
+        try:
+            left = self._bounded(go(), "aclose() did not return while a call was in flight")
+        except _StepTimeout as exc:
+            self.step.timeout = ("CON-003", f"{exc.what}\n{exc.stack}")
+            return
+        if left:
+            self.step.problem = ("CON-003", f"tasks still running after aclose(): {left}")
+        self.summarizer.release()
+        self.closed = True
+
     # -- judging -------------------------------------------------------------------------
 
     @invariant()
     def agrees_with_the_model(self) -> None:
         if self.model is None:
+            return
+        if self.closed:
+            if self.step.problem or self.step.timeout:
+                requirement, message = self.step.problem or self.step.timeout  # type: ignore[misc]
+                raise Divergence(requirement, message)
             return
 
         async def observe() -> tuple[Any, str, int]:
@@ -436,6 +740,9 @@ class MemoryDifferential(RuleBasedStateMachine):
         )
         if found is not None:
             requirement, message = found
+            if self.step.blame is not None:
+                requirement = self.step.blame
+                message = f"after a refused {self.step.name}, nothing may change: {message}"
             raise Divergence(
                 requirement,
                 f"{message}\n  after: {' '.join(self.history[-12:])}"
@@ -456,6 +763,22 @@ class MemoryDifferential(RuleBasedStateMachine):
 
 
 # -- attribution ----------------------------------------------------------------------------
+
+
+_KIT = str(Path(__file__).resolve().parent)
+
+
+def _kit_task(task: asyncio.Task[Any]) -> bool:
+    """Whether ``task`` runs the kit's own code (the step running the operation)."""
+    code = getattr(task.get_coro(), "cr_code", None)
+    return code is not None and str(Path(code.co_filename).resolve()).startswith(_KIT)
+
+
+def _failure_rule(mode: FailureMode, rule: str) -> str:
+    """The requirement a health that did not follow a failure in ``mode`` breaks: a summary
+    over the limit and other invalid output not taken as failures are BUD-007 and HLT-007;
+    an exception is ``rule``'s."""
+    return {"raise": rule, "oversize": "BUD-007"}.get(mode, "HLT-007")
 
 
 def diagnose(

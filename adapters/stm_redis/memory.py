@@ -187,6 +187,9 @@ class RedisShortTermMemory:
         #: the newest state meanwhile (cached per revision), as the reference shows an
         #: installed summary at once. Never the base of a write.
         self._outcomes: list[Callable[[MemoryState], Any]] = []
+        #: How many times ``from_dict`` replaced the state: a call in flight across a
+        #: replacement belongs to the replaced state, and its outcome is dropped (WM-004).
+        self._replacements = 0
         self._shown: tuple[str, int, MemoryState] | None = None
         self._pending_doc: str | None = None
         self._replace_lock = asyncio.Lock()
@@ -665,6 +668,9 @@ class RedisShortTermMemory:
         except Exception as exc:  # anything else a hostile mapping can raise
             raise ValueError(f"invalid memory state: {type(exc).__name__}: {exc}") from None
         state.stored = stored
+        self._replacements += 1
+        self._outcomes.clear()
+        self._shown = None
         if state.health.state is MemoryHealth.DEGRADED:
             # Timers restart from now (they do not cross processes): the next recovery
             # attempt is one interval away, as after a failed one.
@@ -858,6 +864,7 @@ class RedisShortTermMemory:
         waits are spent holding the lease, so the call starts as its timer fires.
         """
         fence, epoch = leased.fence, leased.epoch
+        replacements = self._replacements
         loop = asyncio.get_running_loop()
         renewer = loop.create_task(self._renew(token))
         writing: asyncio.Task[bool] | None = None
@@ -871,7 +878,7 @@ class RedisShortTermMemory:
             return task
 
         try:
-            while not self._closed:
+            while not self._closed and self._replacements == replacements:
                 changed = self._changed
                 if writing is not None and writing.done():
                     if not writing.result():
@@ -897,6 +904,8 @@ class RedisShortTermMemory:
                     writing = write(_begin(time.time()), None)  # RECOVERING, shown at once
                     continue
                 summary, error = await self._call(batch)
+                if self._replacements != replacements:
+                    return  # from_dict replaced the state during the call (WM-004)
                 finish = self._finish(batch, summary, error)
                 batch = None
                 self._outcomes.append(finish)

@@ -760,3 +760,82 @@ async def test_error_policy_measures_the_summary_with_the_turns_evicted_during_i
     assert memory.estimate_tokens() == model.tokens(), (
         f"BUD-008: estimate_tokens()={memory.estimate_tokens()}, estimator(view)={model.tokens()}"
     )
+
+
+@scenario("direction:accept", "direction:reject", "bound:lower", "bound:upper")
+@req("BUD-007")
+@cap("rolling_summary")
+@pytest.mark.parametrize("limit", ["exactly", "one_over"])
+@pytest.mark.parametrize("summary", ["", "long"])
+async def test_error_policy_measures_a_recovery_summary_with_the_turns_evicted_during_it(
+    make_memory, summary, limit
+):
+    """Under ``error``, in DEGRADED: a recovery attempt is sent the backlog [u0]; u1 and u2
+    are evicted while it runs, so its summary lands next to them as pending (HLT-006).
+    ``total_max_tokens`` is that view's size (from the kit model), or one token less: the
+    summary, empty or not, is installed at the limit and is a failed attempt one over.
+    Only what the view will show is measured: neither the covered u0 nor an empty summary."""
+    text = "The user asked about retries; the assistant advised backoff. " * 4 if summary else ""
+    turns = [turn(0), *(turn(i, pad=12 + i) for i in (1, 2, 3))]
+    model = SpecModel(config(full_zone_turns=1, total_max_tokens=0, overflow_policy="error"))
+    model.add(turns[0])
+    model.add(turns[1])
+    model.fail()  # DEGRADED: u0 in the backlog
+    model.add(turns[2])
+    model.add(turns[3])  # u1, u2 evicted to the backlog while the attempt runs
+    model.install({"turns": [model.backlog[0].rendered]}, text)
+    total = model.tokens() - (1 if limit == "one_over" else 0)
+    calls: list[dict[str, Any]] = []
+    release = asyncio.Event()
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        calls.append(copy.deepcopy(dict(payload)))
+        if len(calls) == 1:
+            raise RuntimeError("the first call fails")
+        if len(calls) == 2:
+            await release.wait()
+            return {"summary": text}
+        await asyncio.Event().wait()  # later attempts stay in flight
+        raise AssertionError("unreachable")
+
+    cfg = config(
+        full_zone_turns=1,
+        total_max_tokens=total,
+        summary_max_tokens=min(100, total),
+        overflow_policy="error",
+        retry_attempts=0,
+        degraded_retry_interval_s=0.01,
+    )
+    memory = await make_memory(cfg, summarizer=summarizer)
+    await memory.add_turn(turns[0])
+    await memory.add_turn(turns[1])
+    await eventually(
+        lambda: memory.health.value in ("degraded", "recovering"),
+        what="HLT-004: DEGRADED after a failure with retry_attempts=0 (precondition)",
+    )
+    await eventually(lambda: len(calls) == 2, what="HLT-006: a recovery attempt (precondition)")
+    sent = users(calls[1]["turns"])
+    assert sent == ["u0"], f"HLT-006: the recovery attempt was sent {sent}, want ['u0']"
+    await memory.add_turn(turns[2])
+    await memory.add_turn(turns[3])
+    release.set()
+    await eventually(
+        lambda: memory.health.value == "healthy" or len(calls) > 2,
+        what="the recovery attempt to end",
+    )
+    view = await memory_view(memory)
+    if limit == "one_over":
+        assert memory.health.value != "healthy" and "summary" not in view, (
+            f"BUD-007: a recovery summary whose view (with the 2 turns evicted during the "
+            f"attempt) is one token over total_max_tokens={total} was installed"
+        )
+        return
+    assert memory.health.value == "healthy", (
+        f"BUD-007: a recovery summary {'(empty) ' if not text else ''}whose view fits exactly "
+        f"(total_max_tokens={total}) was refused (health {memory.health.value!r})"
+    )
+    want = [m.rendered for m in model.pending]
+    assert view.get("summary", "") == text and view.get("pending_turns") == want, (
+        f"HLT-006: after the recovery the view is {view}; the spec: {model.view()}"
+    )
+    assert memory.estimate_tokens() == model.tokens() == total, "BUD-008"

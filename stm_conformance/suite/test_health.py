@@ -43,6 +43,13 @@ async def test_failure_retries_by_itself_then_recovers(make_memory, scripted_sum
         assert gap <= backoff * 1.5 + patient(0.2), (
             f"retry {n} came {gap:.3f}s after the call before it; its backoff is {backoff}s"
         )
+    # The backoff doubles: retry 2 waits twice what retry 1 waited. Measured against the
+    # first gap, so a machine's timer lag cancels out (three times would be 0.15 s more).
+    first, second = starts[1] - starts[0], starts[2] - starts[1]
+    assert second <= 2 * first + patient(0.06), (
+        f"HLT-002: retry 2 came {second:.3f}s after retry 1, which came {first:.3f}s after the "
+        f"first call: the backoff base * 2**(n-1) doubles, it does not grow faster"
+    )
     assert (await memory_view(memory)).get("summary"), "the recovered summary is installed"
 
 
@@ -142,6 +149,58 @@ async def test_degraded_backlog_is_bounded_and_counted(
         assert dropped == 6, (
             f"the 6 turns dropped stay counted after the recovery covered the backlog: "
             f"dropped_turns={dropped}"
+        )
+
+
+@req("HLT-005")
+async def test_turns_dropped_while_a_recovery_attempt_holds_them_are_not_lost(
+    make_memory, scripted_summarizer, stm_capabilities
+):
+    """A recovery attempt is sent the backlog [u0]; while it runs, two evictions overflow a
+    backlog of 2 and drop u0 and u1. The attempt succeeds: u0 is covered by its summary, so
+    only u1 stays dropped, and the turns evicted meanwhile (u2, u3) become pending."""
+    cfg = config(
+        full_zone_turns=1,
+        retry_attempts=0,
+        recovery_backlog_limit=2,
+        degraded_retry_interval_s=0.01,
+    )
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_next(1, mode="raise")
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))  # u0 pending: the first call fails, DEGRADED
+    await eventually(
+        lambda: memory.health.value == "degraded", what="HLT-004: DEGRADED (precondition)"
+    )
+    scripted_summarizer.hold()
+    await eventually(  # the recovery attempt, sent [u0], held
+        lambda: len(scripted_summarizer.calls) >= 2,
+        what="HLT-006: a recovery attempt the memory makes by itself (precondition)",
+    )
+    sent = users(scripted_summarizer.calls[1]["turns"])
+    assert sent == ["u0"], f"HLT-006: the recovery attempt was sent {sent}, want the backlog ['u0']"
+    for i in (2, 3, 4):  # evicts u1, u2, u3: the backlog [u0, u1, u2, u3] keeps its newest 2
+        await memory.add_turn(turn(i))
+    if "serialization" in stm_capabilities:
+        dropped = memory.to_dict().get("dropped_turns")
+        assert dropped == 2, f"HLT-005: u0 and u1 dropped from a backlog of 2: {dropped}, want 2"
+    scripted_summarizer.release()
+    await eventually(lambda: memory.health.value == "healthy", what="HLT-006: recovery to HEALTHY")
+    await memory.flush()
+    later = [u for call in scripted_summarizer.calls[2:] for u in users(call["turns"])]
+    # Other turns than u2 and u3 left: the backlog dropped the wrong ones (HLT-005); fewer:
+    # the turns evicted during the attempt did not become pending (HLT-006).
+    rule = "HLT-005" if set(later) - {"u2", "u3"} else "HLT-006"
+    assert later == ["u2", "u3"], (
+        f"{rule}: the backlog keeps its newest turns, and those evicted during the recovery "
+        f"become pending after it and are summarized next: later calls were sent {later}, "
+        "want ['u2', 'u3']"
+    )
+    if "serialization" in stm_capabilities:
+        dropped = memory.to_dict().get("dropped_turns")
+        assert dropped == 1, (
+            f"HLT-005: u0, dropped while the successful recovery attempt held it, is covered by "
+            f"its summary; only u1 is lost: dropped_turns={dropped}, want 1"
         )
 
 

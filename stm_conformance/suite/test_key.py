@@ -146,6 +146,14 @@ async def test_from_dict_refuses_another_keys_state(make_memory):
     with pytest.raises(ValueError):
         b.from_dict(a.to_dict())
     assert await memory_view(b) == before, "a refused load changed the memory"
+    # ... and goes on from its own state: a later turn lands as in a memory never offered
+    # the foreign state.
+    await b.add_turn(turn(2))
+    fresh = await make_memory(cfg, key=MemoryKey("t", "u", "b2"))
+    await fresh.add_turn(turn(2))
+    assert await memory_view(b) == await memory_view(fresh), (
+        "KEY-007: after a refused load the memory did not go on from its own state"
+    )
     # The other side: a state loads into a memory of its own key (same parts, new object).
     twin = await make_memory(cfg, key=MemoryKey("t", "u", "a"))
     twin.from_dict(a.to_dict())

@@ -15,7 +15,7 @@ from . import hang_provider
 FAILS = "WM-001"
 REASON = AWAITED_FOREVER
 CHECK = "test_add_turn_does_not_wait_for_the_summarizer"
-WALL_S = 60
+WALL_S = 75
 
 
 class AwaitingMemory(DefaultShortTermMemory):
