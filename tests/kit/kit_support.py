@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from suite_runner import SuiteRun, Zygote
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
@@ -52,49 +52,63 @@ def clean_environment() -> dict[str, str]:
     }
 
 
+_zygote: Zygote | None = None
+
+
+def _suite_env(extra: Mapping[str, str] | None) -> dict[str, str]:
+    clean = clean_environment()
+    clean["PYTHONPATH"] = os.pathsep.join(filter(None, [str(KIT_TESTS), clean.get("PYTHONPATH")]))
+    clean.update(extra or {})
+    return clean
+
+
+def start_suite(
+    tmp_path: Path,
+    backend: str,
+    args: list[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> SuiteRun:
+    """Start the suite as a backend author would run it, from ``tmp_path``, and return at
+    once; :func:`finish_suite` waits for it. The run is forked from a process that has
+    imported everything already (``suite_runner``), with an environment and ini file of
+    its own: ``PYTEST_*`` and ``STM_*`` variables of the outer run are dropped and an empty
+    ini file is used."""
+    global _zygote
+    if _zygote is None:
+        _zygote = Zygote(_suite_env(None))
+        atexit.register(_zygote.close)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    command = [
+        f"--stm-backend={backend}",
+        f"--stm-report={tmp_path / 'r.json'}",
+        "--stm-hypothesis-profile=ci",
+        "-c",
+        str(tmp_path / "pytest.ini"),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        *(args or []),
+    ]
+    return _zygote.start(tmp_path, command, _suite_env(env), [str(KIT_TESTS)])
+
+
+def finish_suite(run: SuiteRun) -> tuple[dict[str, Any], str]:
+    """Wait for a run :func:`start_suite` started: its JSON report and output."""
+    _, output = run.wait(RUN_TIMEOUT_S)
+    report = run.cwd / "r.json"
+    assert report.is_file(), f"the run wrote no report:\n{output[-6000:]}"
+    return load_json(report), output
+
+
 def run_suite(
     tmp_path: Path,
     backend: str,
     args: list[str] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], str]:
-    """Run the suite as a backend author would, in a subprocess from ``tmp_path``.
-
-    Returns the JSON report and the output. Nothing of the outer run leaks in:
-    ``PYTEST_*`` and ``STM_*`` variables are dropped and an empty ini file is used.
-    """
-    report = tmp_path / "r.json"
-    ini = tmp_path / "pytest.ini"
-    ini.write_text("[pytest]\n", encoding="utf-8")
-    clean = clean_environment()
-    clean["PYTHONPATH"] = os.pathsep.join(filter(None, [str(KIT_TESTS), clean.get("PYTHONPATH")]))
-    clean.update(env or {})
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        f"--stm-backend={backend}",
-        f"--stm-report={report}",
-        "--stm-hypothesis-profile=ci",
-        "-c",
-        str(ini),
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        *(args or []),
-    ]
-    done = subprocess.run(
-        command,
-        cwd=tmp_path,
-        env=clean,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-    )
-    output = f"$ {' '.join(command)}\nexit {done.returncode}\n{done.stdout}\n{done.stderr}"
-    assert report.is_file(), f"the run wrote no report:\n{output[-6000:]}"
-    return load_json(report), output
+    """Run the suite as a backend author would, from ``tmp_path``; the JSON report and the
+    output (see :func:`start_suite`)."""
+    return finish_suite(start_suite(tmp_path, backend, args, env))
 
 
 def failed_requirements(report: Mapping[str, Any]) -> set[str]:

@@ -16,12 +16,22 @@ from __future__ import annotations
 
 import importlib
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-from kit_support import KIT_TESTS, failed_requirements, failing_checks, run_suite
+from kit_support import (
+    KIT_TESTS,
+    RUN_TIMEOUT_S,
+    failed_requirements,
+    failing_checks,
+    finish_suite,
+    run_suite,
+    start_suite,
+)
+from suite_runner import SuiteRun
 
 from stm_conformance.requirements import load_spec
 
@@ -32,6 +42,9 @@ from stm_mutants import mutant_modules, reference_provider
 
 MUTANTS = mutant_modules()
 PATIENCE = ["--stm-patience=0.25", "--stm-hypothesis-profile=dev", "--stm-seed=20261123"]
+#: The mutants are split in this many groups; under ``--dist loadgroup`` each group runs on
+#: one worker, which starts its group's suite runs ahead, a few at once (``AT_ONCE``).
+GROUPS, AT_ONCE = 2, 2
 
 
 class SuiteMissedMutant(AssertionError):
@@ -42,17 +55,67 @@ def _mutant(name: str) -> ModuleType:
     return importlib.import_module(f"stm_mutants.{name}")
 
 
+def _group(name: str) -> int:
+    return MUTANTS.index(name) % GROUPS
+
+
 def _params() -> list[Any]:
     params = []
     for name in MUTANTS:
         gap = getattr(_mutant(name), "GAP", None)
-        marks = (
-            [pytest.mark.xfail(raises=SuiteMissedMutant, strict=True, reason=f"suite gap: {gap}")]
-            if gap
-            else []
-        )
+        marks = [pytest.mark.xdist_group(f"mutants-{_group(name)}")]
+        if gap:
+            marks.append(
+                pytest.mark.xfail(raises=SuiteMissedMutant, strict=True, reason=f"suite gap: {gap}")
+            )
         params.append(pytest.param(name, marks=marks, id=name))
     return params
+
+
+class _Runs:
+    """The suite runs of the mutants, started ahead of the tests that judge them: a run
+    mostly waits on timers, so ``AT_ONCE`` of them share the cores well."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.queued: list[str] = []
+        self.running: dict[str, SuiteRun] = {}
+        self.ended: dict[str, tuple[dict[str, Any], str]] = {}
+
+    def _start(self, name: str) -> None:
+        cwd = self.root / name
+        cwd.mkdir()
+        self.running[name] = start_suite(cwd, f"stm_mutants.{name}:provider", PATIENCE)
+
+    def result(self, name: str) -> tuple[dict[str, Any], str]:
+        if name not in self.ended and name not in self.running:
+            if name in self.queued:
+                self.queued.remove(name)
+            self._start(name)  # the one asked for first
+            self.queued += [
+                m
+                for m in MUTANTS
+                if _group(m) == _group(name)
+                and m not in self.ended
+                and m not in self.running
+                and m not in self.queued
+            ]
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while name not in self.ended:
+            for started, run in list(self.running.items()):
+                if run.done():
+                    self.ended[started] = finish_suite(self.running.pop(started))
+            while self.queued and len(self.running) < AT_ONCE:
+                self._start(self.queued.pop(0))
+            if name in self.running and time.monotonic() > deadline:
+                return finish_suite(self.running.pop(name))  # kills it, TimeoutError
+            time.sleep(0.05)
+        return self.ended.pop(name)
+
+
+@pytest.fixture(scope="module")
+def mutant_runs(tmp_path_factory: pytest.TempPathFactory) -> _Runs:
+    return _Runs(tmp_path_factory.mktemp("mutants"))
 
 
 def test_there_are_enough_mutants_and_each_is_well_formed() -> None:
@@ -74,14 +137,14 @@ def test_there_are_enough_mutants_and_each_is_well_formed() -> None:
 
 
 @pytest.mark.parametrize("name", _params())
-def test_suite_catches_mutant(name: str, tmp_path: Path) -> None:
+def test_suite_catches_mutant(name: str, mutant_runs: _Runs) -> None:
     module = _mutant(name)
     # At the default --stm-timeout: hangs are decided by the kit's own fast rules, and a
     # loaded machine must not turn a slow differential run into a timeout. A quarter of
     # the default patience: a mutant's failing checks wait 1.25 s, not 5 s, for what never
     # comes, and the reference's code behind every mutant reaches each state in
     # milliseconds (test_reference_passes_everything runs at the same patience).
-    report, output = run_suite(tmp_path, f"stm_mutants.{name}:provider", PATIENCE)
+    report, output = mutant_runs.result(name)
     assert report["backend"]["name"] == module.provider.name, "the mutant was not the backend"
     failed = failed_requirements(report)
     details = f"failed requirements: {sorted(failed)}\nfailing checks:\n{failing_checks(report)}"
