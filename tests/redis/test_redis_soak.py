@@ -154,6 +154,11 @@ async def test_a_killed_lease_holder_is_taken_over(
     namespace = f"kill-{uuid.uuid4().hex[:8]}"
     log = tmp_path / "calls.jsonl"
     holder = _spawn(redis_server, namespace, 0, log, "--turns=6", "--hang", "--lease=0.5")
+    # Killed once every turn is stored ("added") and while its summarizer call hangs: a
+    # kill during the adds would lose a turn that no memory ever held.
+    assert holder.stdout is not None
+    added = await asyncio.wait_for(asyncio.to_thread(holder.stdout.readline), timeout=30)
+    assert added.strip() == "added", f"holder did not add its turns: {added!r}"
     deadline = time.monotonic() + 30
     while not (log.exists() and log.read_text().strip()):
         assert time.monotonic() < deadline and holder.poll() is None, "holder never called"
