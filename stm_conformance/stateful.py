@@ -608,13 +608,16 @@ class MemoryDifferential(RuleBasedStateMachine):
         from before a ``from_dict`` is let go first); False, with the step's timeout noted,
         if none starts."""
         calls = self.summarizer.calls
-        if self.summarizer.waiting and len(calls) - 1 not in self.discarded:
+        stale = self.summarizer.waiting and len(calls) - 1 in self.discarded
+        if self.summarizer.waiting and not stale:
             return True
+        # Decided now, before the loop runs again: a call the memory starts meanwhile is
+        # the one to hold, never one to let go.
+        started = len(calls)
 
         async def go() -> None:
-            if self.summarizer.waiting:  # the replaced state's call: let it end
+            if stale:  # the replaced state's call: let it end
                 self.summarizer.let_one_through()
-            started = len(calls)
             while not (self.summarizer.waiting and len(calls) > started):
                 await self.summarizer.wait_for_calls(len(calls) + 1, STEP_TIMEOUT_S)
 
