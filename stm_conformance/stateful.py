@@ -285,7 +285,7 @@ class MemoryDifferential(RuleBasedStateMachine):
         assert self.model is not None
         for _ in range(8):
             try:
-                early = self._bounded(self._flush_and_look(release=True), what)
+                early = self._bounded(self._flush_and_look(), what)
             except _StepTimeout as exc:
                 # Turns evicted while the held call ran that no call was sent since: flush()
                 # waits for them because they were lost at the install (WM-003).
@@ -326,16 +326,15 @@ class MemoryDifferential(RuleBasedStateMachine):
         if self.tracker is not None:
             self.tracker.before(operation, args)
 
-    async def _flush_and_look(self, *, release: bool = False) -> set[str]:
-        """``flush()``, then (before anything else runs) the turns it should have covered
-        that are still pending in a memory that is not degraded (WM-007). With
-        ``release``, held calls are released once ``flush()`` is waiting for them."""
+    async def _flush_and_look(self) -> set[str]:
+        """``flush()``, with held calls released once it is waiting for them, then (before
+        anything else runs) the turns it should have covered that are still pending in a
+        memory that is not degraded (WM-007)."""
         before = _pending_users(await self.sut.get_llm_context())
         self._note("flush")
         flushing = asyncio.ensure_future(self.sut.flush())
-        if release:
-            await asyncio.sleep(0)  # flush() starts while the call in flight is held
-            self.summarizer.release()
+        await asyncio.sleep(0)  # flush() starts while the call in flight is held
+        self.summarizer.release()
         await flushing
         if str(self.sut.health.value) in _DEGRADED_FAMILY:
             return set()
@@ -407,7 +406,7 @@ class MemoryDifferential(RuleBasedStateMachine):
         self.summarizer.fail_always(mode)
         try:
             early = self._bounded(
-                self._flush_and_look(release=True),
+                self._flush_and_look(),
                 "flush() did not return while every call failed",
             )
             if early:
