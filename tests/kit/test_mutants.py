@@ -81,24 +81,25 @@ class _Runs:
         self.queued: list[str] = []
         self.running: dict[str, SuiteRun] = {}
         self.ended: dict[str, tuple[dict[str, Any], str]] = {}
+        # Every mutant ever started, including those already judged (popped from ``ended``):
+        # a run is started once, whatever order the tests ask for them in.
+        self.started: set[str] = set()
 
     def _start(self, name: str) -> None:
+        self.started.add(name)
         cwd = self.root / name
         cwd.mkdir()
         self.running[name] = start_suite(cwd, f"stm_mutants.{name}:provider", PATIENCE)
 
     def result(self, name: str) -> tuple[dict[str, Any], str]:
-        if name not in self.ended and name not in self.running:
+        if name not in self.started:
             if name in self.queued:
                 self.queued.remove(name)
             self._start(name)  # the one asked for first
             self.queued += [
                 m
                 for m in MUTANTS
-                if _group(m) == _group(name)
-                and m not in self.ended
-                and m not in self.running
-                and m not in self.queued
+                if _group(m) == _group(name) and m not in self.started and m not in self.queued
             ]
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while name not in self.ended:
@@ -111,6 +112,33 @@ class _Runs:
                 return finish_suite(self.running.pop(name))  # kills it, TimeoutError
             time.sleep(0.05)
         return self.ended.pop(name)
+
+
+class _FakeRun:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def done(self) -> bool:
+        return True
+
+
+def test_runs_start_each_mutant_once_in_any_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[str] = []
+
+    def start(cwd: Path, backend: str, args: list[str]) -> _FakeRun:
+        started.append(cwd.name)
+        return _FakeRun(cwd.name)
+
+    monkeypatch.setattr(sys.modules[__name__], "start_suite", start)
+    monkeypatch.setattr(sys.modules[__name__], "finish_suite", lambda run: ({"n": run.name}, ""))
+    runs = _Runs(tmp_path)
+    group = [m for m in MUTANTS if _group(m) == 0]
+    # Judged out of order: a mutant asked for after others were judged must not restart them.
+    order = group[len(group) // 2 :] + group[: len(group) // 2]
+    assert [runs.result(name)[0]["n"] for name in order] == order
+    assert sorted(started) == sorted(group) and len(started) == len(set(started))
 
 
 @pytest.fixture(scope="module")
