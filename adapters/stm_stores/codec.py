@@ -17,7 +17,7 @@ from reference_impl.store import (
     revision_of,
 )
 
-__all__ = ["check_expected_revision", "check_key", "decode_state", "encode_state"]
+__all__ = ["check_expected_revision", "check_key", "check_text", "decode_state", "encode_state"]
 
 
 def check_key(key: object) -> str:
@@ -53,7 +53,8 @@ def encode_state(key: str, state: Mapping[str, Any]) -> tuple[int, str]:
 
     Raises :class:`InvalidStateError` unless ``state`` is a mapping that survives a
     JSON round trip unchanged (so tuples, non-str dict keys and NaN are refused
-    rather than silently altered) and its revision is a non-negative int.
+    rather than silently altered), holds only valid Unicode text, and its revision is
+    a non-negative int.
     """
     if not isinstance(state, Mapping):
         raise InvalidStateError(f"state must be a mapping, not {type(state).__name__}", key=key)
@@ -67,12 +68,25 @@ def encode_state(key: str, state: Mapping[str, Any]) -> tuple[int, str]:
         text = json.dumps(plain, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidStateError(f"state is not JSON-serialisable: {exc}", key=key) from exc
+    check_text(key, text)
     if json.loads(text) != plain:
         raise InvalidStateError(
             "state does not survive a JSON round trip unchanged (tuples or non-str dict keys?)",
             key=key,
         )
     return revision, text
+
+
+def check_text(key: str, text: str) -> None:
+    """Raise :class:`InvalidStateError` if ``text`` holds a lone surrogate: it has no UTF-8
+    form, so a database could not store it (and JSON could only carry it escaped)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidStateError(
+            f"state holds text that is not valid Unicode (a lone surrogate at {exc.start})",
+            key=key,
+        ) from None
 
 
 def decode_state(key: str, text: object, revision: object = None) -> dict[str, Any]:

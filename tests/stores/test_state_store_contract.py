@@ -261,6 +261,25 @@ async def test_key_with_lone_surrogate_is_rejected(store: Store) -> None:
     assert await store.keys() == []
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(state(2, summary="\ud800"), id="summary"),
+        pytest.param(state(2, turns=[{"seq": 1, "user_message": "a\udfff"}]), id="turn"),
+        pytest.param(state(2, turns=[{"seq": 1, "artifacts": {"\ud83d": 1}}]), id="turn-key"),
+    ],
+)
+async def test_state_with_a_lone_surrogate_is_refused(store: Store, bad: dict[str, Any]) -> None:
+    await store.save_memory_state("s", state(1))
+    for save in (
+        store.save_memory_state("s", bad),
+        store.save_memory_state_if("s", bad, expected_revision=1),
+    ):
+        with pytest.raises(InvalidStateError, match="lone surrogate"):
+            await save
+    assert await store.load_memory_state("s") == state(1)
+
+
 @pytest.mark.parametrize("expected", [True, 1.0, "1"])
 async def test_non_int_expected_revision_is_rejected(store: Store, expected: Any) -> None:
     await store.save_memory_state("s", state(1))
