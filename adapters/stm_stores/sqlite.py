@@ -1,11 +1,18 @@
-"""An embedded SQLite state store, safe to share between processes."""
+"""An embedded SQLite state store, safe to share between processes.
+
+A memory state's turns are kept one row each, so that saving a state that gained one turn
+writes one row and the small rest of the state (:mod:`stm_stores.turn_rows`), not the
+whole conversation again.
+"""
 
 from __future__ import annotations
 
 import os
+import secrets
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
@@ -13,30 +20,55 @@ from typing import Any, Self, TypeVar
 
 import anyio.to_thread
 
-from reference_impl.store import StaleStateError, StateStoreError
+from reference_impl.store import CorruptStateError, StaleStateError, StateStoreError
 
 from .codec import check_expected_revision, check_key, decode_state, encode_state
+from .turn_rows import Rows, Split, join_rows, split_state
 
 __all__ = ["SQLiteStateStore"]
 
 _T = TypeVar("_T")
 
-_SCHEMA = """
+# ``state`` is the whole state, or, when ``layout`` is set, the state without its lists of
+# turns; ``layout`` then lists each list's turn seqs, whose JSON is in ``memory_turn``.
+# ``stamp`` is new on every write: a store whose last write or read of a key carried the
+# stamp still found there knows the key's rows without reading them.
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS memory_state (
     key TEXT PRIMARY KEY,
     revision INTEGER NOT NULL,
     state TEXT NOT NULL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    layout TEXT,
+    stamp INTEGER
 )
-"""
+""",
+    """
+CREATE TABLE IF NOT EXISTS memory_turn (
+    key TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    turn TEXT NOT NULL,
+    PRIMARY KEY (key, seq)
+) WITHOUT ROWID
+""",
+)
+#: Columns added to ``memory_state`` since its first version (files written before).
+_ADDED_COLUMNS = (("layout", "TEXT"), ("stamp", "INTEGER"))
 
 _UPSERT = """
-INSERT INTO memory_state (key, revision, state, updated_at) VALUES (?, ?, ?, ?)
+INSERT INTO memory_state (key, revision, state, updated_at, layout, stamp)
+VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (key) DO UPDATE SET
-    revision = excluded.revision, state = excluded.state, updated_at = excluded.updated_at
+    revision = excluded.revision, state = excluded.state, updated_at = excluded.updated_at,
+    layout = excluded.layout, stamp = excluded.stamp
 """
 
-_SELECT = "SELECT revision, state FROM memory_state WHERE key = ?"
+_SELECT = "SELECT revision, state, layout, stamp FROM memory_state WHERE key = ?"
+_SELECT_TURNS = "SELECT seq, turn FROM memory_turn WHERE key = ?"
+_PUT_TURN = "INSERT OR REPLACE INTO memory_turn (key, seq, turn) VALUES (?, ?, ?)"
+_DELETE_TURN = "DELETE FROM memory_turn WHERE key = ? AND seq = ?"
+_DELETE_TURNS = "DELETE FROM memory_turn WHERE key = ?"
 
 
 class SQLiteStateStore:
@@ -48,15 +80,32 @@ class SQLiteStateStore:
     atomic across processes. File databases use WAL mode so readers do not block
     the writer. ``":memory:"`` gives a private database per store.
 
+    A state shaped like ``memory.to_dict()`` (lists ``turns``, ``pending``, ``backlog``
+    of objects with distinct integer ``seq``) is kept one row per turn: a save writes the
+    turns that are new or changed since this store's last write or read of the key, and
+    deletes those that left, so a turn's persist costs the size of the change. Any other
+    state is kept whole.
+
     Blocking calls run in a worker thread over one connection, opened on first use
     and serialised by a lock. ``timeout_s`` bounds how long an operation, the first
     open included, waits for another process's write lock. Close the store with :meth:`close`,
     :meth:`aclose` or ``async with``.
+
+    ``cached_keys`` bounds how many keys' turn rows the store remembers to compare the next
+    save with (a copy of each stored turn); a key it forgot, or that another store wrote
+    since, has its rows rewritten once on its next save.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str] = ":memory:", *, timeout_s: float = 30.0
+        self,
+        path: str | os.PathLike[str] = ":memory:",
+        *,
+        timeout_s: float = 30.0,
+        cached_keys: int = 1024,
     ) -> None:
+        if type(cached_keys) is not int or cached_keys < 0:
+            raise ValueError(f"cached_keys must be a non-negative int, not {cached_keys!r}")
+        self._cached_keys = cached_keys
         self._path = os.fspath(path)
         self._where = os.path.abspath(self._path)  # where connect() opens it, from here
         self._timeout_s = timeout_s
@@ -65,6 +114,8 @@ class SQLiteStateStore:
         #: The file the connection opened (see :meth:`_identity`).
         self._file: tuple[int, int] | None = None
         self._closed = False
+        #: Per key, the rows this store last wrote or read and the stamp they carried.
+        self._rows: OrderedDict[str, Rows] = OrderedDict()
 
     @property
     def path(self) -> str:
@@ -74,10 +125,17 @@ class SQLiteStateStore:
     async def save_memory_state(self, key: str, state: Mapping[str, Any]) -> None:
         """Store ``state`` under ``key``, replacing any existing record."""
         check_key(key)
-        revision, text = encode_state(key, state)
+        record = self._encode(key, state)
 
         def save(conn: sqlite3.Connection) -> None:
-            conn.execute(_UPSERT, (key, revision, text, time.time()))
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute(_SELECT, (key,)).fetchone()
+                self._write(conn, key, record, row)
+                conn.execute("COMMIT")
+            except BaseException:
+                self._rollback(conn, key)
+                raise
 
         await self._run(key, "save", save)
 
@@ -93,7 +151,7 @@ class SQLiteStateStore:
         """
         check_key(key)
         check_expected_revision(expected_revision)
-        revision, text = encode_state(key, state)
+        record = self._encode(key, state)
 
         def save_if(conn: sqlite3.Connection) -> None:
             # IMMEDIATE takes the write lock before reading, so no other process
@@ -103,15 +161,15 @@ class SQLiteStateStore:
                 row = conn.execute(_SELECT, (key,)).fetchone()
                 actual = None
                 if row is not None:
+                    # The record must decode; its turn rows are checked when loaded.
                     decode_state(key, row[1], row[0])
                     actual = row[0]
                 if actual != expected_revision:
                     raise StaleStateError(key, expected=expected_revision, actual=actual)
-                conn.execute(_UPSERT, (key, revision, text, time.time()))
+                self._write(conn, key, record, row)
                 conn.execute("COMMIT")
             except BaseException:
-                if conn.in_transaction:
-                    conn.rollback()
+                self._rollback(conn, key)
                 raise
 
         await self._run(key, "conditional save", save_if)
@@ -125,8 +183,27 @@ class SQLiteStateStore:
         check_key(key)
 
         def load(conn: sqlite3.Connection) -> dict[str, Any] | None:
-            row = conn.execute(_SELECT, (key,)).fetchone()
-            return None if row is None else decode_state(key, row[1], row[0])
+            # One transaction: the record and its turn rows are read from one snapshot.
+            conn.execute("BEGIN")
+            try:
+                row = conn.execute(_SELECT, (key,)).fetchone()
+                if row is None:
+                    self._rows.pop(key, None)
+                    return None
+                revision, text, layout, stamp = row
+                if layout is None:
+                    self._rows.pop(key, None)
+                    return decode_state(key, text, revision)
+                turns = conn.execute(_SELECT_TURNS, (key,)).fetchall()
+            finally:
+                conn.execute("COMMIT")
+            try:
+                state, rows = join_rows(key, decode_state(key, text, revision), layout, turns)
+            except CorruptStateError:
+                self._rows.pop(key, None)  # the next save rewrites every row
+                raise
+            self._remember(key, Rows(stamp, rows))
+            return state
 
         return await self._run(key, "load", load)
 
@@ -135,7 +212,16 @@ class SQLiteStateStore:
         check_key(key)
 
         def delete(conn: sqlite3.Connection) -> bool:
-            return conn.execute("DELETE FROM memory_state WHERE key = ?", (key,)).rowcount > 0
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._rows.pop(key, None)
+                conn.execute(_DELETE_TURNS, (key,))
+                found = conn.execute("DELETE FROM memory_state WHERE key = ?", (key,)).rowcount
+                conn.execute("COMMIT")
+            except BaseException:
+                self._rollback(conn, key)
+                raise
+            return found > 0
 
         return await self._run(key, "delete", delete)
 
@@ -172,6 +258,66 @@ class SQLiteStateStore:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+    def _encode(self, key: str, state: Mapping[str, Any]) -> Split | tuple[int, str]:
+        """Check and encode ``state`` before anything is written (``InvalidStateError``):
+        split into rows, re-encoding only the turns that differ from the rows this store
+        last wrote or read; or whole."""
+        split = split_state(key, state, self._rows.get(key))
+        return encode_state(key, state) if split is None else split
+
+    def _write(
+        self,
+        conn: sqlite3.Connection,
+        key: str,
+        record: Split | tuple[int, str],
+        row: tuple[Any, ...] | None,
+    ) -> None:
+        """Write ``record`` inside the caller's transaction; ``row`` is the key's stored
+        record read in that transaction."""
+        stamp = secrets.randbits(62)
+        now = time.time()
+        if isinstance(record, tuple):
+            revision, text = record
+            self._rows.pop(key, None)
+            if row is not None and row[2] is not None:
+                conn.execute(_DELETE_TURNS, (key,))
+            conn.execute(_UPSERT, (key, revision, text, now, None, stamp))
+            return
+        base = record.base
+        if base is not None and row is not None and row[2] is not None and row[3] == base.stamp:
+            # The stored rows are the ones this store last wrote or read: write the change.
+            conn.executemany(
+                _DELETE_TURN, ((key, seq) for seq in base.turns.keys() - record.turns.keys())
+            )
+            conn.executemany(
+                _PUT_TURN,
+                (
+                    (key, seq, text)
+                    for seq, (_, text) in record.turns.items()
+                    if base.turns.get(seq, (None, None))[1] is not text
+                ),
+            )
+        else:
+            if row is not None and row[2] is not None:
+                conn.execute(_DELETE_TURNS, (key,))
+            conn.executemany(
+                _PUT_TURN, ((key, seq, text) for seq, (_, text) in record.turns.items())
+            )
+        conn.execute(_UPSERT, (key, record.revision, record.head, now, record.layout, stamp))
+        self._remember(key, Rows(stamp, record.turns))
+
+    def _remember(self, key: str, rows: Rows) -> None:
+        self._rows[key] = rows
+        self._rows.move_to_end(key)
+        while len(self._rows) > self._cached_keys:
+            self._rows.popitem(last=False)
+
+    def _rollback(self, conn: sqlite3.Connection, key: str) -> None:
+        # What was remembered for the key may be what this transaction wrote.
+        self._rows.pop(key, None)
+        if conn.in_transaction:
+            conn.rollback()
 
     async def _run(
         self, key: str | None, action: str, operation: Callable[[sqlite3.Connection], _T]
@@ -245,11 +391,32 @@ class SQLiteStateStore:
             # A no-op for ":memory:"; file systems without WAL keep the rollback
             # journal, where BEGIN IMMEDIATE is just as atomic.
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(_SCHEMA)
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            _add_columns(conn)
         except BaseException:
             conn.close()
             raise
         return conn
+
+
+def _add_columns(conn: sqlite3.Connection) -> None:
+    """Bring a file written by an older version of this store up to the current table."""
+
+    def missing() -> list[tuple[str, str]]:
+        have = {row[1] for row in conn.execute("PRAGMA table_info(memory_state)")}
+        return [(name, kind) for name, kind in _ADDED_COLUMNS if name not in have]
+
+    if not missing():
+        return
+    conn.execute("BEGIN IMMEDIATE")  # another process may be adding them too
+    try:
+        for name, kind in missing():
+            conn.execute(f"ALTER TABLE memory_state ADD COLUMN {name} {kind}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.rollback()
+        raise
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:

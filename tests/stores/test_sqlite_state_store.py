@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import multiprocessing
 import sqlite3
 from collections.abc import Iterator
@@ -11,7 +13,13 @@ from typing import Any
 
 import anyio
 import pytest
-from stm_stores import CorruptStateError, SQLiteStateStore, StaleStateError, StateStoreError
+from stm_stores import (
+    CorruptStateError,
+    InvalidStateError,
+    SQLiteStateStore,
+    StaleStateError,
+    StateStoreError,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -43,11 +51,15 @@ async def test_table_schema_and_wal_mode(db_path: Path) -> None:
             ("revision", "INTEGER", 1, 0),
             ("state", "TEXT", 1, 0),
             ("updated_at", "REAL", 1, 0),
+            ("layout", "TEXT", 0, 0),
+            ("stamp", "INTEGER", 0, 0),
         ]
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        key, revision, text, updated_at = conn.execute("SELECT * FROM memory_state").fetchone()
-    assert (key, revision, text) == (KEY, 4, '{"revision":4}')
-    assert isinstance(updated_at, float)
+        key, revision, text, updated_at, layout, stamp = conn.execute(
+            "SELECT * FROM memory_state"
+        ).fetchone()
+    assert (key, revision, text, layout) == (KEY, 4, '{"revision":4}', None)
+    assert isinstance(updated_at, float) and isinstance(stamp, int)
 
 
 async def test_state_survives_reopening(db_path: Path) -> None:
@@ -86,7 +98,10 @@ async def test_corrupt_row_is_reported(db_path: Path, revision: Any, text: Any) 
     async with SQLiteStateStore(db_path) as store:
         await store.save_memory_state("healthy", {"revision": 1})
         with raw(db_path) as conn:
-            conn.execute("INSERT INTO memory_state VALUES (?, ?, ?, 0.0)", (KEY, revision, text))
+            conn.execute(
+                "INSERT INTO memory_state (key, revision, state, updated_at) VALUES (?, ?, ?, 0)",
+                (KEY, revision, text),
+            )
         with pytest.raises(CorruptStateError) as raised:
             await store.load_memory_state(KEY)
         assert raised.value.key == KEY
@@ -276,3 +291,184 @@ def _remove(db_path: Path) -> None:
     """Delete the database and its WAL files, as an operator or a cleanup job might."""
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db_path}{suffix}").unlink(missing_ok=True)
+
+
+# -- turn rows -------------------------------------------------------------------------
+
+
+def turn(seq: int, text: str = "", **fields: Any) -> dict[str, Any]:
+    return {"seq": seq, "user_message": f"u{seq}{text}", "assistant_response": "a", **fields}
+
+
+def memory_state(revision: int, turns: list[int], pending: tuple[int, ...] = ()) -> dict[str, Any]:
+    return {
+        "version": 2,
+        "revision": revision,
+        "summary": "résumé 😀",
+        "turns": [turn(s) for s in turns],
+        "pending": [turn(s) for s in pending],
+        "backlog": [],
+    }
+
+
+@contextmanager
+def written_turns(path: Path) -> Iterator[list[int]]:
+    """The seqs of every turn row written while the block runs (a trigger records them)."""
+    with raw(path) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS audit (seq INTEGER)")
+        conn.execute("DELETE FROM audit")
+        conn.execute(
+            "CREATE TRIGGER IF NOT EXISTS audit_turn AFTER INSERT ON memory_turn "
+            "BEGIN INSERT INTO audit VALUES (new.seq); END"
+        )
+    seqs: list[int] = []
+    yield seqs
+    with raw(path) as conn:
+        seqs += [row[0] for row in conn.execute("SELECT seq FROM audit")]
+        conn.execute("DROP TRIGGER audit_turn")
+
+
+def stored_seqs(path: Path) -> list[int]:
+    with raw(path) as conn:
+        return [row[0] for row in conn.execute("SELECT seq FROM memory_turn WHERE key = ?", (KEY,))]
+
+
+async def test_a_memory_state_is_kept_one_row_per_turn_and_a_save_writes_the_change(
+    db_path: Path,
+) -> None:
+    async with SQLiteStateStore(db_path) as store:
+        first = memory_state(1, [1, 2, 3])
+        assert await store.keys() == []  # opens the file
+        with written_turns(db_path) as written:
+            await store.save_memory_state_if(KEY, first, expected_revision=None)
+        assert sorted(written) == [1, 2, 3]
+        # One more turn; turn 1 moves to pending: only turn 4 is written.
+        second = memory_state(2, [2, 3, 4], pending=(1,))
+        with written_turns(db_path) as written:
+            await store.save_memory_state_if(KEY, second, expected_revision=1)
+        assert written == [4]
+        assert await store.load_memory_state(KEY) == second
+        # A summary covers turn 1 and turn 3 changes under its seq: 3 is rewritten, 1 goes.
+        third = memory_state(3, [2, 3, 4])
+        third["turns"][1]["user_message"] = "edited ✓"
+        with written_turns(db_path) as written:
+            await store.save_memory_state_if(KEY, third, expected_revision=2)
+        assert written == [3]
+        assert sorted(stored_seqs(db_path)) == [2, 3, 4]
+    async with SQLiteStateStore(db_path) as reopened:
+        assert await reopened.load_memory_state(KEY) == third
+
+
+async def test_another_writer_in_between_makes_the_next_save_rewrite_every_turn(
+    db_path: Path,
+) -> None:
+    async with SQLiteStateStore(db_path) as first, SQLiteStateStore(db_path) as second:
+        await first.save_memory_state(KEY, memory_state(1, [1, 2]))
+        # Same revision, different turn under seq 1: only the stamp tells them apart.
+        other = memory_state(1, [1, 2])
+        other["turns"][0]["assistant_response"] = "the other writer's"
+        await second.save_memory_state(KEY, other)
+        mine = memory_state(1, [1, 2, 3])
+        with written_turns(db_path) as written:
+            await first.save_memory_state(KEY, mine)
+        assert sorted(written) == [1, 2, 3]
+        assert await second.load_memory_state(KEY) == mine
+        # After reading, the reader's next save writes only the change.
+        with written_turns(db_path) as written:
+            await second.save_memory_state_if(KEY, memory_state(2, [2, 3, 4]), expected_revision=1)
+        assert written == [4]
+        assert await first.load_memory_state(KEY) == memory_state(2, [2, 3, 4])
+        assert sorted(stored_seqs(db_path)) == [2, 3, 4]
+
+
+async def test_a_store_that_forgot_a_key_rewrites_its_rows(db_path: Path) -> None:
+    async with SQLiteStateStore(db_path, cached_keys=1) as store:
+        await store.save_memory_state(KEY, memory_state(1, [1, 2]))
+        await store.save_memory_state("other", memory_state(1, [1]))  # KEY is forgotten
+        with written_turns(db_path) as written:
+            await store.save_memory_state(KEY, memory_state(2, [1, 2]))
+        assert sorted(written) == [1, 2]
+        assert await store.load_memory_state(KEY) == memory_state(2, [1, 2])
+    with pytest.raises(ValueError, match="cached_keys"):
+        SQLiteStateStore(db_path, cached_keys=-1)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param({"score": math.nan}, id="nan"),
+        pytest.param({"pair": (1, 2)}, id="tuple"),
+        pytest.param({"map": {1: "x"}}, id="int-key"),
+        pytest.param({"text": "\ud800"}, id="lone-surrogate"),
+    ],
+)
+async def test_a_turn_no_store_can_keep_is_refused_and_nothing_is_written(
+    db_path: Path, bad: dict[str, Any]
+) -> None:
+    async with SQLiteStateStore(db_path) as store:
+        await store.save_memory_state(KEY, memory_state(1, [1, 2]))
+        refused = memory_state(2, [1, 2, 3])
+        refused["turns"][2].update(bad)
+        with written_turns(db_path) as written, pytest.raises(InvalidStateError):
+            await store.save_memory_state_if(KEY, refused, expected_revision=1)
+        assert written == []
+        assert await store.load_memory_state(KEY) == memory_state(1, [1, 2])
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        pytest.param({"revision": 1, "turns": [turn(1), turn(1)]}, id="seq-twice"),
+        pytest.param({"revision": 1, "turns": [turn(1), {"seq": True}]}, id="bool-seq"),
+        pytest.param({"revision": 1, "turns": [turn(1), ["not", "a", "turn"]]}, id="non-object"),
+        pytest.param({"revision": 1, "turns": (turn(1),)}, id="tuple-list"),
+    ],
+)
+async def test_other_states_are_kept_whole(db_path: Path, state: dict[str, Any]) -> None:
+    async with SQLiteStateStore(db_path) as store:
+        await store.save_memory_state(KEY, memory_state(1, [1, 2]))
+        if isinstance(state["turns"], tuple):
+            with pytest.raises(InvalidStateError):
+                await store.save_memory_state(KEY, state)
+            return
+        await store.save_memory_state(KEY, state)
+        assert stored_seqs(db_path) == []
+        assert await store.load_memory_state(KEY) == state
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "DELETE FROM memory_turn WHERE seq = 2",
+        "UPDATE memory_turn SET turn = '{not json' WHERE seq = 2",
+        "UPDATE memory_turn SET turn = '{\"seq\": 9}' WHERE seq = 2",
+        "UPDATE memory_state SET layout = '[1, 2]'",
+        'UPDATE memory_state SET layout = \'{"turns": ["1"]}\'',
+    ],
+)
+async def test_damaged_turn_rows_are_reported(db_path: Path, damage: str) -> None:
+    async with SQLiteStateStore(db_path) as store:
+        await store.save_memory_state(KEY, memory_state(1, [1, 2]))
+        with raw(db_path) as conn:
+            conn.execute(damage)
+        with pytest.raises(CorruptStateError) as raised:
+            await store.load_memory_state(KEY)
+        assert raised.value.key == KEY
+        # Repaired by an unconditional save.
+        await store.save_memory_state(KEY, memory_state(2, [1, 2]))
+        assert await store.load_memory_state(KEY) == memory_state(2, [1, 2])
+
+
+async def test_a_file_of_the_first_table_version_is_read_and_upgraded(db_path: Path) -> None:
+    whole = memory_state(3, [1, 2])
+    with raw(db_path) as conn:
+        conn.execute(
+            "CREATE TABLE memory_state (key TEXT PRIMARY KEY, revision INTEGER NOT NULL, "
+            "state TEXT NOT NULL, updated_at REAL NOT NULL)"
+        )
+        conn.execute("INSERT INTO memory_state VALUES (?, 3, ?, 0.0)", (KEY, json.dumps(whole)))
+    async with SQLiteStateStore(db_path) as store:
+        assert await store.load_memory_state(KEY) == whole
+        await store.save_memory_state_if(KEY, memory_state(4, [1, 2, 3]), expected_revision=3)
+        assert await store.load_memory_state(KEY) == memory_state(4, [1, 2, 3])
+    assert sorted(stored_seqs(db_path)) == [1, 2, 3]

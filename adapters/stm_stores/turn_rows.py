@@ -1,0 +1,143 @@
+"""A memory state split into its turns, one JSON text each, and the rest.
+
+``memory.to_dict()`` holds up to three lists of turns (``turns``, ``pending``,
+``backlog``), each turn an object with an integer ``seq`` unique in the state. A store
+that keeps each turn apart writes, on each save, only the turns that differ from what it
+last wrote or read, and the small rest of the state: a persist after one more turn costs
+one turn, not the conversation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from reference_impl.store import CorruptStateError, InvalidStateError
+
+from .codec import check_text, encode_state
+
+__all__ = ["TURN_LISTS", "Rows", "Split", "join_rows", "split_state"]
+
+#: The lists of turns a state is split on, in the order ``to_dict`` writes them.
+TURN_LISTS = ("turns", "pending", "backlog")
+
+#: A turn as a store keeps it: a private decoded copy (to compare the next save's turn
+#: against) and its JSON text.
+Turn = tuple[dict[str, Any], str]
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """The turn rows of one key as a store last wrote or read them, with the stamp
+    written beside them (a later write by anyone changes the stamp)."""
+
+    stamp: int
+    turns: Mapping[int, Turn]
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """A state ready to write: the rest of the state as JSON (``head``), the ``layout``
+    (JSON: each list's seqs in order) and every turn by seq. A turn equal to the one in
+    ``base`` shares its text object with it, so a writer tells new text by identity."""
+
+    revision: int
+    head: str
+    layout: str
+    turns: dict[int, Turn]
+    base: Rows | None
+
+
+def split_state(key: str, state: object, base: Rows | None) -> Split | None:
+    """Split ``state`` into rows, or ``None`` when it is not shaped like a memory state
+    (then it is kept whole). Raises ``InvalidStateError`` for what no store can keep,
+    as :func:`~stm_stores.codec.encode_state` does for a whole state.
+
+    A turn equal (``==``) to the one ``base`` holds under its seq is not encoded again.
+    Values that compare equal across JSON types (``1``, ``1.0``, ``True``) therefore keep
+    the form first stored for that seq; ``to_dict`` never changes a turn's types.
+    """
+    if not isinstance(state, Mapping):
+        return None
+    lists = {name: state[name] for name in TURN_LISTS if name in state}
+    if not lists or any(type(items) is not list for items in lists.values()):
+        return None
+    layout: dict[str, list[int]] = {}
+    seen: set[int] = set()
+    for name, items in lists.items():
+        seqs = [_seq(item) for item in items]
+        if None in seqs:
+            return None
+        layout[name] = seqs  # type: ignore[assignment]  # None ruled out above
+        seen.update(layout[name])
+    if len(seen) != sum(len(seqs) for seqs in layout.values()):
+        return None  # a seq twice: not a memory state
+    revision, head = encode_state(key, {k: v for k, v in state.items() if k not in lists})
+    known = base.turns if base is not None else {}
+    turns: dict[int, Turn] = {}
+    for items in lists.values():
+        for item in items:
+            seq = item["seq"]
+            cached = known.get(seq)
+            turns[seq] = cached if cached is not None and cached[0] == item else _encode(key, item)
+    return Split(revision, head, json.dumps(layout, separators=(",", ":")), turns, base)
+
+
+def join_rows(
+    key: str, head: dict[str, Any], layout: str, rows: Sequence[tuple[Any, Any]]
+) -> tuple[dict[str, Any], dict[int, Turn]]:
+    """The state stored as ``head``, ``layout`` and turn ``rows`` (``(seq, text)``), and
+    the turns to remember. Raises ``CorruptStateError`` if they do not fit together."""
+    try:
+        lists = json.loads(layout)
+    except (ValueError, TypeError) as exc:
+        raise CorruptStateError(f"stored turn layout is not valid JSON: {exc}", key=key) from exc
+    if (
+        not isinstance(lists, dict)
+        or not set(lists) <= set(TURN_LISTS)
+        or not all(
+            type(seqs) is list and all(type(s) is int for s in seqs) for seqs in lists.values()
+        )
+    ):
+        raise CorruptStateError("stored turn layout is not lists of seqs", key=key)
+    turns: dict[int, Turn] = {}
+    for seq, text in rows:
+        try:
+            turn = json.loads(text) if isinstance(text, str) else None
+        except (ValueError, RecursionError):
+            turn = None
+        if type(seq) is not int or type(turn) is not dict or turn.get("seq") != seq:
+            raise CorruptStateError(f"stored turn {seq!r} does not match its row", key=key)
+        turns[seq] = (turn, text)
+    state = head
+    for name, seqs in lists.items():
+        missing = [seq for seq in seqs if seq not in turns]
+        if missing:
+            raise CorruptStateError(f"stored turns {missing[:5]} of {name!r} are missing", key=key)
+        # Each caller gets its own copy; the store keeps the one it compares against.
+        state[name] = [json.loads(turns[seq][1]) for seq in seqs]
+    return state, turns
+
+
+def _seq(item: object) -> int | None:
+    if type(item) is not dict:
+        return None
+    seq = item.get("seq")
+    return seq if type(seq) is int else None
+
+
+def _encode(key: str, turn: dict[str, Any]) -> Turn:
+    try:
+        text = json.dumps(turn, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidStateError(f"state is not JSON-serialisable: {exc}", key=key) from exc
+    check_text(key, text)
+    decoded = json.loads(text)
+    if decoded != turn:
+        raise InvalidStateError(
+            "state does not survive a JSON round trip unchanged (tuples or non-str dict keys?)",
+            key=key,
+        )
+    return decoded, text
