@@ -188,15 +188,26 @@ def build_trajectory_digest(
 
 
 def _fingerprint(memory: RoutedMemory) -> str | None:
-    """Digest of a memory's state without its revision; ``None`` if it cannot say."""
+    """Digest of a memory's state without its revision; ``None`` if it cannot say.
+
+    This package's memory never changes a turn it holds (a turn is immutable and its
+    ``seq`` unique), so its state is told by everything but the turns, plus which turns
+    each list holds: a digest that costs a few bytes per turn, not the conversation.
+    """
     to_dict = getattr(memory, "to_dict", None)
     if to_dict is None:
         return None
     state = dict(to_dict())
     state.pop("revision", None)
     state.pop("storage_key", None)
+    if type(memory) is DefaultShortTermMemory:
+        for name in _TURN_LISTS:
+            state[name] = [turn["seq"] for turn in state.get(name, ())]
     text = json.dumps(state, sort_keys=True, ensure_ascii=False, default=repr)
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+_TURN_LISTS = ("turns", "pending", "backlog")
 
 
 @dataclass(eq=False, slots=True)
@@ -284,7 +295,12 @@ class MemoryTurn:
         except BaseException:
             await self._release()
             raise
-        self.llm_context, self.memory_injected = _merge(self._caller_context, patch, self.key)
+        self.llm_context, self.memory_injected = _merge(
+            self._caller_context,
+            patch,
+            self.key,
+            trusted=type(slot.memory) is DefaultShortTermMemory,
+        )
         return self
 
     async def __aexit__(
@@ -359,15 +375,21 @@ class MemoryTurn:
 
 
 def _merge(
-    caller: Mapping[str, Any], patch: Mapping[str, Any], key: MemoryKey
+    caller: Mapping[str, Any], patch: Mapping[str, Any], key: MemoryKey, *, trusted: bool
 ) -> tuple[Mapping[str, Any], bool]:
-    """The caller's context with the memory patch on top, or the caller's unchanged."""
+    """The caller's context with the memory patch on top, or the caller's unchanged.
+
+    ``trusted``: the patch is this package's memory's, JSON by construction (its budget
+    counts it as canonical JSON), so only the caller's part is checked, and a long
+    conversation is not serialised once more per turn.
+    """
     if not patch:
         return caller, False
     merged = dict(caller)  # a copy: the caller's mapping is never mutated
     merged.update(patch)
+    checked = {k: v for k, v in caller.items() if k not in patch} if trusted else merged
     try:
-        json.dumps(merged, ensure_ascii=False)
+        json.dumps(checked, ensure_ascii=False)
     except (TypeError, ValueError, RecursionError) as exc:
         # The model cannot be sent this context; run without memory rather than crash.
         logger.warning(
