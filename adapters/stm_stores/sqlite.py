@@ -15,8 +15,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 import anyio.to_thread
 
@@ -91,6 +92,13 @@ class SQLiteStateStore:
     open included, waits for another process's write lock. Close the store with :meth:`close`,
     :meth:`aclose` or ``async with``.
 
+    ``durability="full"`` (the default, as ``sqlite3`` and the OpenAI Agents SDK's
+    ``SQLiteSession`` use it) syncs the file on every commit: a save that returned survives
+    a power loss. ``"normal"`` (``PRAGMA synchronous=NORMAL``) skips that sync: a save that
+    returned survives the process crashing, and the file is never corrupted, but the last
+    commits may be lost if the machine loses power or the OS crashes. Saves that many tasks
+    make at once share a transaction, so one commit (and one sync) serves them all.
+
     ``cached_keys`` bounds how many keys' turn rows the store remembers to compare the next
     save with (a copy of each stored turn); a key it forgot, or that another store wrote
     since, has its rows rewritten once on its next save.
@@ -102,9 +110,13 @@ class SQLiteStateStore:
         *,
         timeout_s: float = 30.0,
         cached_keys: int = 1024,
+        durability: Literal["full", "normal"] = "full",
     ) -> None:
         if type(cached_keys) is not int or cached_keys < 0:
             raise ValueError(f"cached_keys must be a non-negative int, not {cached_keys!r}")
+        if durability not in ("full", "normal"):
+            raise ValueError(f"durability must be 'full' or 'normal', not {durability!r}")
+        self._durability = durability
         self._cached_keys = cached_keys
         self._path = os.fspath(path)
         self._where = os.path.abspath(self._path)  # where connect() opens it, from here
@@ -116,6 +128,9 @@ class SQLiteStateStore:
         self._closed = False
         #: Per key, the rows this store last wrote or read and the stamp they carried.
         self._rows: OrderedDict[str, Rows] = OrderedDict()
+        #: Writes waiting for the next transaction, and the end of the one running, if any.
+        self._queue: list[_Write] = []
+        self._batch_ended: anyio.Event | None = None
 
     @property
     def path(self) -> str:
@@ -127,17 +142,11 @@ class SQLiteStateStore:
         check_key(key)
         record = self._encode(key, state)
 
-        def save(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                row = conn.execute(_SELECT, (key,)).fetchone()
-                self._write(conn, key, record, row)
-                conn.execute("COMMIT")
-            except BaseException:
-                self._rollback(conn, key)
-                raise
+        def save(conn: sqlite3.Connection) -> tuple[None, Rows | None]:
+            row = conn.execute(_SELECT, (key,)).fetchone()
+            return None, self._write_record(conn, key, record, row)
 
-        await self._run(key, "save", save)
+        await self._batched(_Write(key, "save", save))
 
     async def save_memory_state_if(
         self, key: str, state: Mapping[str, Any], *, expected_revision: int | None
@@ -153,26 +162,20 @@ class SQLiteStateStore:
         check_expected_revision(expected_revision)
         record = self._encode(key, state)
 
-        def save_if(conn: sqlite3.Connection) -> None:
-            # IMMEDIATE takes the write lock before reading, so no other process
-            # can write between the comparison and the update.
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                row = conn.execute(_SELECT, (key,)).fetchone()
-                actual = None
-                if row is not None:
-                    # The record must decode; its turn rows are checked when loaded.
-                    decode_state(key, row[1], row[0])
-                    actual = row[0]
-                if actual != expected_revision:
-                    raise StaleStateError(key, expected=expected_revision, actual=actual)
-                self._write(conn, key, record, row)
-                conn.execute("COMMIT")
-            except BaseException:
-                self._rollback(conn, key)
-                raise
+        def save_if(conn: sqlite3.Connection) -> tuple[None, Rows | None]:
+            # Inside a BEGIN IMMEDIATE transaction, which takes the write lock before
+            # reading: no other process can write between the comparison and the update.
+            row = conn.execute(_SELECT, (key,)).fetchone()
+            actual = None
+            if row is not None:
+                # The record must decode; its turn rows are checked when loaded.
+                decode_state(key, row[1], row[0])
+                actual = row[0]
+            if actual != expected_revision:
+                raise StaleStateError(key, expected=expected_revision, actual=actual)
+            return None, self._write_record(conn, key, record, row)
 
-        await self._run(key, "conditional save", save_if)
+        await self._batched(_Write(key, "conditional save", save_if))
 
     async def load_memory_state(self, key: str) -> dict[str, Any] | None:
         """Return the state under ``key``, or ``None`` when there is none.
@@ -211,19 +214,13 @@ class SQLiteStateStore:
         """Remove the record under ``key``; return whether there was one."""
         check_key(key)
 
-        def delete(conn: sqlite3.Connection) -> bool:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                self._rows.pop(key, None)
-                conn.execute(_DELETE_TURNS, (key,))
-                found = conn.execute("DELETE FROM memory_state WHERE key = ?", (key,)).rowcount
-                conn.execute("COMMIT")
-            except BaseException:
-                self._rollback(conn, key)
-                raise
-            return found > 0
+        def delete(conn: sqlite3.Connection) -> tuple[bool, None]:
+            conn.execute(_DELETE_TURNS, (key,))
+            found = conn.execute("DELETE FROM memory_state WHERE key = ?", (key,)).rowcount
+            return found > 0, None
 
-        return await self._run(key, "delete", delete)
+        found: bool = await self._batched(_Write(key, "delete", delete))
+        return found
 
     async def keys(self) -> list[str]:
         """Return every stored key, sorted by code point."""
@@ -266,30 +263,28 @@ class SQLiteStateStore:
         split = split_state(key, state, self._rows.get(key))
         return encode_state(key, state) if split is None else split
 
-    def _write(
+    def _write_record(
         self,
         conn: sqlite3.Connection,
         key: str,
         record: Split | tuple[int, str],
         row: tuple[Any, ...] | None,
-    ) -> None:
-        """Write ``record`` inside the caller's transaction; ``row`` is the key's stored
-        record read in that transaction."""
+    ) -> Rows | None:
+        """Write ``record`` inside the caller's transaction, where ``row`` is the key's
+        stored record; return the rows to remember once the transaction commits."""
         stamp = secrets.randbits(62)
         now = time.time()
         if isinstance(record, tuple):
             revision, text = record
-            self._rows.pop(key, None)
             if row is not None and row[2] is not None:
                 conn.execute(_DELETE_TURNS, (key,))
             conn.execute(_UPSERT, (key, revision, text, now, None, stamp))
-            return
+            return None
         base = record.base
         if base is not None and row is not None and row[2] is not None and row[3] == base.stamp:
             # The stored rows are the ones this store last wrote or read: write the change.
-            conn.executemany(
-                _DELETE_TURN, ((key, seq) for seq in base.turns.keys() - record.turns.keys())
-            )
+            gone = base.turns.keys() - record.turns.keys()
+            conn.executemany(_DELETE_TURN, ((key, seq) for seq in gone))
             conn.executemany(
                 _PUT_TURN,
                 (
@@ -305,19 +300,103 @@ class SQLiteStateStore:
                 _PUT_TURN, ((key, seq, text) for seq, (_, text) in record.turns.items())
             )
         conn.execute(_UPSERT, (key, record.revision, record.head, now, record.layout, stamp))
-        self._remember(key, Rows(stamp, record.turns))
+        return Rows(stamp, record.turns)
 
-    def _remember(self, key: str, rows: Rows) -> None:
+    def _remember(self, key: str, rows: Rows | None) -> None:
+        if rows is None:
+            self._rows.pop(key, None)
+            return
         self._rows[key] = rows
         self._rows.move_to_end(key)
         while len(self._rows) > self._cached_keys:
             self._rows.popitem(last=False)
 
-    def _rollback(self, conn: sqlite3.Connection, key: str) -> None:
-        # What was remembered for the key may be what this transaction wrote.
-        self._rows.pop(key, None)
-        if conn.in_transaction:
-            conn.rollback()
+    async def _batched(self, write: _Write) -> Any:
+        """Run ``write`` in the next transaction: writes queued by many tasks meanwhile
+        share one transaction, and so one commit (one ``fsync`` at ``durability="full"``).
+
+        The first waiting task leads: it takes every queued write to the worker thread and
+        wakes the others when the transaction has ended. A write cancelled before it was
+        taken is dropped; one already taken completes, as any write a caller stopped
+        waiting for.
+        """
+        self._queue.append(write)
+        while not write.done:
+            if self._batch_ended is not None:  # another task leads
+                ended = self._batch_ended
+                try:
+                    await ended.wait()
+                except BaseException:
+                    if not write.taken:
+                        self._queue.remove(write)
+                    raise
+                continue
+            self._batch_ended = anyio.Event()
+            batch, self._queue = self._queue, []
+            for taken in batch:
+                taken.taken = True
+            try:
+                await anyio.to_thread.run_sync(self._commit, batch)
+            finally:
+                ended, self._batch_ended = self._batch_ended, None
+                ended.set()
+                for taken in batch:
+                    if not taken.done:  # the thread was interrupted
+                        taken.fail(StateStoreError(f"cannot {taken.action}", key=taken.key))
+        if write.error is not None:
+            raise write.error
+        return write.result
+
+    def _commit(self, batch: list[_Write]) -> None:
+        """Run ``batch`` in one transaction, each write under a savepoint of its own so one
+        refused write (stale, invalid) leaves the others in; runs in the worker thread."""
+        landed: list[tuple[_Write, Any, Rows | None]] = []
+        try:
+            with self._connection(None, "save") as conn:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for write in batch:
+                        conn.execute("SAVEPOINT write")
+                        try:
+                            result, rows = write.operation(conn)
+                        except Exception as exc:
+                            conn.execute("ROLLBACK TO write")
+                            conn.execute("RELEASE write")
+                            write.fail(self._wrap(exc, write))
+                        else:
+                            conn.execute("RELEASE write")
+                            landed.append((write, result, rows))
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.rollback()
+                    raise
+        except Exception as exc:
+            for write in batch:
+                if not write.done:
+                    self._rows.pop(write.key, None)
+                    write.fail(self._wrap(exc, write))
+            return
+        for write, result, rows in landed:
+            self._remember(write.key, rows)
+            write.result, write.done = result, True
+
+    def _wrap(self, exc: Exception, write: _Write) -> Exception:
+        """The error ``write``'s caller gets: store errors name its key and action."""
+        if isinstance(exc, sqlite3.Error):
+            error = StateStoreError(
+                f"cannot {write.action} in SQLite database {self._path!r}: {exc}", key=write.key
+            )
+        elif isinstance(exc, StateStoreError) and exc.key != write.key:
+            # The whole transaction failed (a lock timeout, a vanished file).
+            error = StateStoreError(
+                exc.detail.replace("cannot save", f"cannot {write.action}", 1), key=write.key
+            )
+        else:
+            return exc
+        # The driver's error when there is one, as for every other operation.
+        error.__cause__ = exc.__cause__ if isinstance(exc.__cause__, sqlite3.Error) else exc
+        return error
 
     async def _run(
         self, key: str | None, action: str, operation: Callable[[sqlite3.Connection], _T]
@@ -391,6 +470,7 @@ class SQLiteStateStore:
             # A no-op for ":memory:"; file systems without WAL keep the rollback
             # journal, where BEGIN IMMEDIATE is just as atomic.
             conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self._durability.upper()}")
             for statement in _SCHEMA:
                 conn.execute(statement)
             _add_columns(conn)
@@ -398,6 +478,23 @@ class SQLiteStateStore:
             conn.close()
             raise
         return conn
+
+
+@dataclass(eq=False, slots=True)
+class _Write:
+    """A write waiting for, or in, a batched transaction. ``operation`` runs in the
+    transaction and returns the caller's result and the rows to remember after commit."""
+
+    key: str
+    action: str
+    operation: Callable[[sqlite3.Connection], tuple[Any, Rows | None]]
+    taken: bool = False
+    done: bool = False
+    result: Any = None
+    error: Exception | None = None
+
+    def fail(self, error: Exception) -> None:
+        self.error, self.done = error, True
 
 
 def _add_columns(conn: sqlite3.Connection) -> None:

@@ -10,7 +10,7 @@ one turn, not the conversation.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,9 @@ TURN_LISTS = ("turns", "pending", "backlog")
 #: A turn as a store keeps it: a private decoded copy (to compare the next save's turn
 #: against) and its JSON text.
 Turn = tuple[dict[str, Any], str]
+
+
+_NONE: Mapping[int, Turn] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,24 +67,23 @@ def split_state(key: str, state: object, base: Rows | None) -> Split | None:
     lists = {name: state[name] for name in TURN_LISTS if name in state}
     if not lists or any(type(items) is not list for items in lists.values()):
         return None
+    known: Callable[[int], Turn | None] = (base.turns if base is not None else _NONE).get
     layout: dict[str, list[int]] = {}
-    seen: set[int] = set()
-    for name, items in lists.items():
-        seqs = [_seq(item) for item in items]
-        if None in seqs:
-            return None
-        layout[name] = seqs  # type: ignore[assignment]  # None ruled out above
-        seen.update(layout[name])
-    if len(seen) != sum(len(seqs) for seqs in layout.values()):
-        return None  # a seq twice: not a memory state
-    revision, head = encode_state(key, {k: v for k, v in state.items() if k not in lists})
-    known = base.turns if base is not None else {}
     turns: dict[int, Turn] = {}
-    for items in lists.values():
+    # One pass, as cheap per turn as it can be: a save of a long conversation that gained
+    # one turn compares the others with what the store holds and encodes that one.
+    for name, items in lists.items():
+        seqs = layout[name] = []
         for item in items:
-            seq = item["seq"]
-            cached = known.get(seq)
+            if type(item) is not dict:
+                return None
+            seq = item.get("seq")
+            if type(seq) is not int or seq in turns:
+                return None  # not a memory state: kept whole
+            cached = known(seq)
             turns[seq] = cached if cached is not None and cached[0] == item else _encode(key, item)
+            seqs.append(seq)
+    revision, head = encode_state(key, {k: v for k, v in state.items() if k not in lists})
     return Split(revision, head, json.dumps(layout, separators=(",", ":")), turns, base)
 
 
@@ -119,13 +121,6 @@ def join_rows(
         # Each caller gets its own copy; the store keeps the one it compares against.
         state[name] = [json.loads(turns[seq][1]) for seq in seqs]
     return state, turns
-
-
-def _seq(item: object) -> int | None:
-    if type(item) is not dict:
-        return None
-    seq = item.get("seq")
-    return seq if type(seq) is int else None
 
 
 def _encode(key: str, turn: dict[str, Any]) -> Turn:

@@ -472,3 +472,76 @@ async def test_a_file_of_the_first_table_version_is_read_and_upgraded(db_path: P
         await store.save_memory_state_if(KEY, memory_state(4, [1, 2, 3]), expected_revision=3)
         assert await store.load_memory_state(KEY) == memory_state(4, [1, 2, 3])
     assert sorted(stored_seqs(db_path)) == [1, 2, 3]
+
+
+# -- batched writes ------------------------------------------------------------------------
+
+
+async def test_saves_made_at_once_share_transactions_and_each_gets_its_own_outcome(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with SQLiteStateStore(db_path) as store:
+        for index in range(0, 64, 8):
+            await store.save_memory_state(f"k{index}", memory_state(1, [1]))
+        batches: list[int] = []
+        commit = store._commit
+
+        def counting(batch: list[Any]) -> None:
+            batches.append(len(batch))
+            commit(batch)
+
+        monkeypatch.setattr(store, "_commit", counting)
+        outcomes: dict[int, BaseException | None] = {}
+
+        async def save(index: int) -> None:
+            # Every eighth key exists at revision 1: expecting "no record" is stale there.
+            try:
+                await store.save_memory_state_if(
+                    f"k{index}", memory_state(2, [1, 2]), expected_revision=None
+                )
+            except StaleStateError as exc:
+                outcomes[index] = exc
+            else:
+                outcomes[index] = None
+
+        async with anyio.create_task_group() as group:
+            for index in range(64):
+                group.start_soon(save, index)
+        assert sum(batches) == 64 and len(batches) < 64, batches
+        stale = sorted(i for i, outcome in outcomes.items() if outcome is not None)
+        assert stale == list(range(0, 64, 8))
+        for index in range(64):
+            expected = memory_state(1, [1]) if index % 8 == 0 else memory_state(2, [1, 2])
+            assert await store.load_memory_state(f"k{index}") == expected
+
+
+async def test_a_write_cancelled_before_its_transaction_is_not_written(db_path: Path) -> None:
+    async with SQLiteStateStore(db_path, timeout_s=10) as store:
+        await store.save_memory_state("first", memory_state(1, [1]))
+        with raw(db_path) as other:
+            other.execute("BEGIN IMMEDIATE")  # the leader's transaction waits for this lock
+            async with anyio.create_task_group() as group:
+                group.start_soon(store.save_memory_state, "first", memory_state(2, [1, 2]))
+                await anyio.sleep(0.05)
+                with anyio.move_on_after(0.05) as waited:
+                    await store.save_memory_state("second", memory_state(1, [1]))
+                assert waited.cancelled_caught
+                other.execute("ROLLBACK")
+        # The next transaction does not take the cancelled write along either.
+        await store.save_memory_state("third", memory_state(1, [1]))
+        assert await store.keys() == ["first", "third"]
+        assert await store.load_memory_state("first") == memory_state(2, [1, 2])
+
+
+async def test_durability_is_full_unless_asked(db_path: Path) -> None:
+    for durability, pragma in (("full", 2), ("normal", 1)):
+        async with SQLiteStateStore(db_path, durability=durability) as store:  # type: ignore[arg-type]
+            await store.save_memory_state(KEY, memory_state(1, [1]))
+            assert store._conn is not None
+            assert store._conn.execute("PRAGMA synchronous").fetchone() == (pragma,)
+    async with SQLiteStateStore(db_path) as store:
+        await store.keys()
+        assert store._conn is not None
+        assert store._conn.execute("PRAGMA synchronous").fetchone() == (2,)
+    with pytest.raises(ValueError, match="durability"):
+        SQLiteStateStore(db_path, durability="off")  # type: ignore[arg-type]
