@@ -77,6 +77,9 @@ class DefaultShortTermMemory:
             key=key,
         )
         self._worker: asyncio.Task[None] | None = None
+        self._changes = 0
+        #: The turns of the last persist, shared with the next one (schema.dump_reusing).
+        self._records: schema.Records = {}
         self._changed = asyncio.Event()
         self._closed = False
         self._on_turn = CallbackQueue("on_turn_added", config.on_turn_added)
@@ -93,6 +96,13 @@ class DefaultShortTermMemory:
     @property
     def key(self) -> MemoryKey | None:
         return self._state.key
+
+    @property
+    def changes(self) -> int:
+        """How many times the state has changed (a turn added, a summarizer outcome
+        recorded, a state loaded); the same count means the same state. Persisting does not
+        count. A router saves a memory again only when this moved."""
+        return self._changes
 
     @property
     def config(self) -> ShortTermMemoryConfig:
@@ -128,6 +138,7 @@ class DefaultShortTermMemory:
             )
         watermark.admit(state, entry, config)
         self._budget.enforce(state)
+        self._changes += 1
         self._on_turn.emit(turn)
         if strategy == "rolling_summary":
             self._wake()
@@ -210,12 +221,14 @@ class DefaultShortTermMemory:
 
         A store with ``save_memory_state_if`` gets a conditional write expecting the
         revision this memory last loaded or saved; a stale write raises the store's error
-        and leaves the revision unchanged.
+        and leaves the revision unchanged. The state is ``to_dict()``'s, except that a turn
+        the last persist gave the store is given as the same dict: a store reads the state,
+        never changes it.
         """
         if not hasattr(store, "save_memory_state"):
             return
         memory_state = self._state
-        state = self.to_dict()
+        state, self._records = schema.dump_reusing(memory_state, self._config, self._records)
         current = memory_state.revision
         if current >= MAX_REVISION:  # stores keep revisions in a signed 64-bit integer
             raise ValueError(f"revision {current} cannot advance: at most {MAX_REVISION}")
@@ -266,6 +279,7 @@ class DefaultShortTermMemory:
         return render_view(self._config.strategy, self._state)
 
     def _notify(self) -> None:
+        self._changes += 1
         self._changed.set()
         self._changed = asyncio.Event()
 

@@ -31,6 +31,7 @@ __all__ = [
     "MemoryStateV2",
     "config_snapshot",
     "dump",
+    "dump_reusing",
     "dump_turn",
     "load",
     "turn_lists",
@@ -216,6 +217,29 @@ def dump(state: MemoryState, config: ShortTermMemoryConfig) -> dict[str, Any]:
     for name, entries in turn_lists(state):
         data[name] = [dump_turn(e) for e in entries]
     return data
+
+
+#: A turn's stored form by seq, with the entry it was made from (see :func:`dump_reusing`).
+Records = dict[int, tuple[Entry, dict[str, Any]]]
+
+
+def dump_reusing(
+    state: MemoryState, config: ShortTermMemoryConfig, previous: Records
+) -> tuple[dict[str, Any], Records]:
+    """:func:`dump`, reusing the turn dicts of ``previous`` for the entries it was made
+    from (entries never change), and the records to pass next time. For a reader that
+    does not change what it is given: each persist costs a lookup per turn, not a copy."""
+    data = _dump_head(state, config)
+    records: Records = {}
+    for name, entries in turn_lists(state):
+        turns = data[name] = []
+        for entry in entries:
+            record = previous.get(entry.seq)
+            if record is None or record[0] is not entry:
+                record = (entry, dump_turn(entry))
+            records[entry.seq] = record
+            turns.append(record[1])
+    return data, records
 
 
 def turn_lists(state: MemoryState) -> tuple[tuple[str, Iterable[Entry]], ...]:

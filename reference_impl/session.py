@@ -187,27 +187,21 @@ def build_trajectory_digest(
     )
 
 
-def _fingerprint(memory: RoutedMemory) -> str | None:
-    """Digest of a memory's state without its revision; ``None`` if it cannot say.
-
-    This package's memory never changes a turn it holds (a turn is immutable and its
-    ``seq`` unique), so its state is told by everything but the turns, plus which turns
-    each list holds: a digest that costs a few bytes per turn, not the conversation.
-    """
+def _fingerprint(memory: RoutedMemory) -> object:
+    """What tells whether a memory's state changed since: its change count and the memory
+    itself when it keeps one (this package's does), else a digest of its state without the
+    revision; ``None`` if it cannot say."""
+    changes = getattr(memory, "changes", None)
+    if type(changes) is int:
+        return (memory, changes)  # the memory too: a swapped-in one counts from zero
     to_dict = getattr(memory, "to_dict", None)
     if to_dict is None:
         return None
     state = dict(to_dict())
     state.pop("revision", None)
     state.pop("storage_key", None)
-    if type(memory) is DefaultShortTermMemory:
-        for name in _TURN_LISTS:
-            state[name] = [turn["seq"] for turn in state.get(name, ())]
     text = json.dumps(state, sort_keys=True, ensure_ascii=False, default=repr)
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
-
-
-_TURN_LISTS = ("turns", "pending", "backlog")
 
 
 @dataclass(eq=False, slots=True)
@@ -225,7 +219,7 @@ class _Slot:
     #: Whether the memory changes by itself (a summarizer installs summaries in background).
     background: bool = False
     #: Fingerprint of the state last loaded or saved: an unchanged memory is not rewritten.
-    saved: str | None = None
+    saved: object = None
     #: Turns added since the last good save; re-applied after a conflict.
     unsaved: list[ConversationTurn] = field(default_factory=list)
     #: Bumped on every added turn and memory swap, so the flusher knows to go round again.
@@ -240,7 +234,7 @@ class _Slot:
         if self.owner is not None and self.owner is asyncio.current_task():
             raise RuntimeError(f"{action} inside a turn on the same key would deadlock")
 
-    def fingerprint(self) -> str | None:
+    def fingerprint(self) -> object:
         # Without background work only our own add_turn changes a memory, and ``unsaved``
         # already says that; skipping the digest keeps idle evictions cheap.
         return _fingerprint(self.memory) if self.background else ""

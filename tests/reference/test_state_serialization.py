@@ -26,6 +26,7 @@ from reference_impl import (
     DefaultShortTermMemory,
     KeyMismatchError,
     MemoryBudget,
+    MemoryBudgetExceeded,
     MemoryHealth,
     MemoryKey,
     MemoryStateV2,
@@ -950,3 +951,76 @@ async def test_hydrate_from_a_record_that_is_not_a_mapping_is_a_value_error() ->
     with pytest.raises(ValueError, match="must be a mapping"):
         await memory.hydrate(_NotAMappingStore(), "acme:alice:s-1")
     assert memory.to_dict() == before
+
+
+class KeepingStore(RecordingStore):
+    """Keeps the state objects it was given, to see what a later persist shares."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.given: list[Mapping[str, Any]] = []
+
+    async def save_memory_state(self, key: str, state: Mapping[str, Any]) -> None:
+        self.given.append(state)
+        await super().save_memory_state(key, state)
+
+
+@pytest.mark.anyio
+async def test_persist_gives_a_store_the_same_dict_for_a_turn_it_gave_before() -> None:
+    config = config_for()
+    memory = DefaultShortTermMemory(config=config, summarizer=blocked_summarizer, key=KEY_A)
+    for index in range(3):
+        await memory.add_turn(make_turn(index, trajectory_digest=DIGEST))
+    store = KeepingStore()
+    await memory.persist(store, "k")
+    await memory.add_turn(make_turn(3))
+    await memory.persist(store, "k")
+    first, second = store.given
+    before = {t["seq"]: t for part in ("turns", "pending") for t in first[part]}
+    after = {t["seq"]: t for part in ("turns", "pending") for t in second[part]}
+    assert set(after) == set(before) | {4}
+    assert all(after[seq] is before[seq] for seq in before)
+    # What was given is what to_dict() says, and to_dict() itself shares nothing.
+    expected = memory.to_dict() | {"revision": 2, "storage_key": "k"}
+    assert json.loads(json.dumps(second)) == expected
+    assert all(t is not after[t["seq"]] for t in memory.to_dict()["turns"])
+    # A loaded state's turns are new entries: nothing of the old state is given again.
+    memory.from_dict(json.loads(store.records["k"]))
+    await memory.persist(store, "k")
+    assert not any(t is before.get(t["seq"]) for t in store.given[-1]["turns"])
+    assert json.loads(json.dumps(store.given[-1])) == memory.to_dict() | {"storage_key": "k"}
+    await memory.aclose()
+
+
+@pytest.mark.anyio
+async def test_changes_counts_every_change_of_the_state_and_nothing_else() -> None:
+    config = config_for(
+        budget={"overflow_policy": "error", "total_max_tokens": 400, "summary_max_tokens": 100}
+    )
+    summarizer = Switchable(blocked_summarizer)
+    memory = DefaultShortTermMemory(config=config, summarizer=summarizer, key=KEY_A)
+    seen = [memory.changes]
+
+    def moved() -> bool:
+        seen.append(memory.changes)
+        return seen[-1] != seen[-2]
+
+    await memory.add_turn(make_turn(0))
+    assert moved()
+    await memory.get_llm_context()
+    memory.estimate_tokens()
+    await memory.persist(RecordingStore(), "k")
+    assert not moved()
+    with pytest.raises(MemoryBudgetExceeded):
+        await memory.add_turn(ConversationTurn(user_message="x" * 2000, assistant_response=""))
+    assert not moved()  # refused: the state did not change
+    summarizer.target = joining
+    for index in range(2, 6):
+        await memory.add_turn(make_turn(index))
+    await memory.flush()
+    assert moved()  # turns added and summaries installed
+    state = memory.to_dict()
+    before = memory.changes
+    memory.from_dict(state)
+    assert memory.changes > before
+    await memory.aclose()
