@@ -306,6 +306,7 @@ async def test_lru_bound_holds_over_ten_thousand_sessions(fast_tmp: Path) -> Non
         return memory
 
     router = MemoryRouter(config, store=store, max_memories=BOUND, memory_factory=factory)
+    tasks_before = asyncio.all_tasks()
     started = time.perf_counter()
     most = 0
     for index in range(SESSIONS):
@@ -344,6 +345,7 @@ async def test_lru_bound_holds_over_ten_thousand_sessions(fast_tmp: Path) -> Non
     assert current < 2 * 1024 * 1024
     await router.aclose()
     await store.aclose()
+    assert asyncio.all_tasks() - tasks_before == set(), "tasks left after aclose()"
 
 
 class _WritesThenRaises(InMemoryStateStore):
