@@ -182,10 +182,12 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """The reference memory next to PenguiFlow's, operation by operation (results in
+    """The reference memory next to PenguiFlow's, operation by operation, and the session
+    layer's turns per second next to the OpenAI Agents SDK's ``SQLiteSession`` (results in
     ``docs/benchmarks/``, explained in ``docs/performance.md``); the Redis backend's round
     trips and throughput against raw redis-py and the OpenAI Agents SDK's ``RedisSession``
     (needs redis-server). Arguments go to ``tests/bench/bench_memory.py``."""
-    session.install("-e", ".[dev,penguiflow,redis,tiktoken]", "openai-agents", "matplotlib")
+    session.install("-e", ".[dev,penguiflow,redis,tiktoken,bench]")
     session.run("python", "tests/bench/bench_memory.py", *session.posargs)
+    session.run("python", "tests/bench/bench_session.py")
     session.run("python", "tests/bench/bench_redis.py")
