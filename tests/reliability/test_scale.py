@@ -1,5 +1,6 @@
 """100,000 turns in one memory, measured in a process of its own: every turn summarized,
-bounded memory, no task left, the loop never held long."""
+bounded memory, no task left. The loop lag it prints is a figure, not a check (timing
+belongs to ``nox -s bench``)."""
 
 from __future__ import annotations
 
@@ -31,4 +32,3 @@ def test_one_memory_takes_a_hundred_thousand_turns() -> None:
     assert figures["kept"] == 5
     assert figures["tasks_left"] == 0
     assert figures["rss_peak_mib"] - figures["rss_baseline_mib"] < RSS_GROWTH_MIB, figures
-    assert figures["max_loop_lag_ms"] < 50, figures
