@@ -8,7 +8,7 @@ One agent turn, as each library serves it from one SQLite file on disk:
   ``truncation``, and ``rolling_summary`` with ``RuleBasedSummarizer`` (every turn past the
   window is summarized in the background and the summary saved too), with the store's
   default ``durability="full"`` (a sync per commit, as ``SQLiteSession``); and
-  ``truncation`` at ``durability="normal"`` (*router normal*: no sync per commit).
+  ``truncation`` at ``durability="normal"`` (*router truncation normal*: no sync per commit).
 * **sdk** (``agents.SQLiteSession``): ``get_items(limit=2 * full_zone_turns)`` (the same
   window of recent turns), then ``add_items`` with the user and assistant messages.
 
@@ -55,7 +55,7 @@ USER = "What is the weather like in Lisbon tomorrow, and should I take an umbrel
 ASSISTANT = "Tomorrow in Lisbon: sunny, 21 °C, a light north-westerly wind; no umbrella. " * 2
 #: (sessions, turns per session) timed.
 LOADS = ((1, 400), (64, 8))
-LIBRARIES = ("router truncation", "router rolling_summary", "router normal", "sdk")
+LIBRARIES = ("router truncation", "router rolling_summary", "router truncation normal", "sdk")
 
 Run = Callable[[Path, int, int, int], Awaitable[float]]
 
@@ -122,7 +122,7 @@ def libraries() -> dict[str, Run]:
     found: dict[str, Run] = {
         "router truncation": router_run("truncation"),
         "router rolling_summary": router_run("rolling_summary"),
-        "router normal": router_run("truncation", "normal"),
+        "router truncation normal": router_run("truncation", "normal"),
     }
     try:
         import agents  # noqa: F401
