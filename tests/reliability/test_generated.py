@@ -19,6 +19,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from stm_stores import CorruptStateError, InMemoryStateStore, SQLiteStateStore
@@ -39,6 +40,7 @@ GENERATED_TURNS = 300
 GENERATED_RECORDS = 300
 
 HAVE_FAKEREDIS = all(importlib.util.find_spec(m) for m in ("redis", "fakeredis", "lupa"))
+NEEDS_FAKEREDIS = pytest.mark.skipif(not HAVE_FAKEREDIS, reason="needs redis, fakeredis and lupa")
 KEY = MemoryKey("tenant", "user", "generated")
 
 # Every code point class a user can send: surrogates (no UTF-8 form), controls, NUL,
@@ -202,12 +204,61 @@ def _record(kind: str, value: Any) -> str | None:
         return None
 
 
-def test_generated_records_load_or_are_reported_corrupt() -> None:
+RECORD_STORES = ["sqlite", pytest.param("redis", marks=NEEDS_FAKEREDIS)]
+
+
+class _Records:
+    """Writes a raw record where a store keeps its records, and opens that store."""
+
+    def __init__(self, kind: str, scratch: Path) -> None:
+        self.kind = kind
+        self.db = scratch / "records.db"
+        if kind == "redis":
+            import fakeredis
+
+            self.server = fakeredis.FakeServer()
+        else:
+            asyncio.run(self._create_tables())
+
+    async def _create_tables(self) -> None:
+        async with SQLiteStateStore(self.db) as store:
+            await store.keys()
+
+    def write(self, text: str) -> None:
+        if self.kind == "redis":
+            asyncio.run(self._hset(text))
+            return
+        with closing(sqlite3.connect(self.db, isolation_level=None)) as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO memory_state (key, revision, state, updated_at) "
+                "VALUES (?, 1, ?, 0)",
+                (KEY.composite(), text),
+            )
+
+    async def _hset(self, text: str) -> None:
+        import fakeredis
+
+        client = fakeredis.FakeAsyncRedis(server=self.server)
+        await client.hset(f"records:{KEY.composite()}", mapping={"rev": "1", "state": text})
+        await client.aclose()
+
+    def store(self) -> Any:
+        if self.kind == "redis":
+            import fakeredis
+            from stm_redis import RedisStateStore
+
+            return RedisStateStore(
+                fakeredis.FakeAsyncRedis(server=self.server), namespace="records"
+            )
+        return SQLiteStateStore(self.db)
+
+
+@pytest.mark.parametrize("kind", RECORD_STORES)
+def test_generated_records_load_or_are_reported_corrupt(kind: str) -> None:
     state = _valid_state()
     outcomes: Counter[str] = Counter()
     with tempfile.TemporaryDirectory() as scratch:
-        db = Path(scratch) / "records.db"
-        asyncio.run(_prepare(db))
+        records = _Records(kind, Path(scratch))
 
         @settings(
             max_examples=GENERATED_RECORDS,
@@ -221,16 +272,11 @@ def test_generated_records_load_or_are_reported_corrupt() -> None:
             if text is None or not _storable(text):
                 outcomes["not storable as text"] += 1
                 return
-            with closing(sqlite3.connect(db, isolation_level=None)) as conn:
-                conn.execute(
-                    "INSERT OR REPLACE INTO memory_state (key, revision, state, updated_at) "
-                    "VALUES (?, 1, ?, 0)",
-                    (KEY.composite(), text),
-                )
-            outcomes[asyncio.run(_load(db))] += 1
+            records.write(text)
+            outcomes[asyncio.run(_load(records.store()))] += 1
 
         run()
-    print(f"\ngenerated records: {dict(outcomes)}")
+    print(f"\ngenerated {kind} records: {dict(outcomes)}")
     assert outcomes["corrupt"] > 0 and outcomes["loaded"] + outcomes["refused by from_dict"] > 0
 
 
@@ -242,15 +288,10 @@ def _storable(text: str) -> bool:
     return True
 
 
-async def _prepare(db: Path) -> None:
-    async with SQLiteStateStore(db) as store:
-        await store.keys()  # creates the tables
-
-
-async def _load(db: Path) -> str:
+async def _load(store: Any) -> str:
     memory = DefaultShortTermMemory(config=_config(), key=KEY)
     before = memory.to_dict()
-    async with SQLiteStateStore(db) as store:
+    try:
         try:
             await memory.hydrate(store, KEY.composite())
         except CorruptStateError:
@@ -267,6 +308,8 @@ async def _load(db: Path) -> str:
             "a non-finite number was loaded"
         )
         await memory.persist(store, KEY.composite())
+    finally:
+        await _close(store)
     return "loaded"
 
 
