@@ -5,10 +5,12 @@ from it."""
 from __future__ import annotations
 
 import asyncio
+import queue
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,12 @@ def _accounted(state: dict[str, Any]) -> list[str]:
     summarized = state["summary"].split()
     kept = [t["user_message"] for part in ("pending", "turns") for t in state[part]]
     return summarized + sorted(kept, key=lambda u: int(u[1:]))
+
+
+def _read(stream: Any, lines: queue.Queue[str]) -> None:
+    """Forward the writer's lines (a reader thread, so a silent writer cannot hang the test)."""
+    for line in stream:
+        lines.put(line.strip())
 
 
 def _load(db: Path) -> dict[str, Any] | None:
@@ -48,12 +56,20 @@ def test_turns_reported_saved_survive_sigkill_at_random_points(tmp_path: Path) -
             text=True,
         )
         assert writer.stdout is not None
+        lines: queue.Queue[str] = queue.Queue()
+        reader = threading.Thread(target=_read, args=(writer.stdout, lines), daemon=True)
+        reader.start()
         wanted = rng.randint(5, 60)
-        reported = [writer.stdout.readline().strip() for _ in range(wanted)]
-        time.sleep(rng.uniform(0, 0.01))  # somewhere inside a later save, or between
-        writer.send_signal(signal.SIGKILL)
-        reported += [line.strip() for line in writer.stdout]  # printed before it died
-        writer.wait(timeout=30)
+        try:
+            reported = [lines.get(timeout=30) for _ in range(wanted)]
+        finally:
+            time.sleep(rng.uniform(0, 0.01))  # somewhere inside a later save, or between
+            writer.send_signal(signal.SIGKILL)
+            writer.wait(timeout=30)
+            reader.join(timeout=30)
+        while not lines.empty():
+            reported.append(lines.get())  # printed before it died
+        reported = [line for line in reported if line]
         assert writer.returncode == -signal.SIGKILL
         state = _load(db)
         assert state is not None
