@@ -422,6 +422,37 @@ async def test_persist_then_hydrate_into_a_fresh_memory(
     assert await _observe(fresh) == await _observe(memory)
 
 
+@req("SER-005", "SER-002")
+@cap("persistence")
+@pytest.mark.stm_capability("truncation")
+async def test_persist_after_loading_another_state_writes_the_loaded_one(
+    make_memory, stm_provider, stm_store
+):
+    """A memory persists, then hydrates another conversation of its key (saved under
+    another storage key; the same turn numbers, other text) and persists again: the store
+    then holds the conversation loaded, not what the memory held before."""
+    key = MemoryKey("t", "u", "reloaded")
+    cfg = config("truncation", full_zone_turns=3)
+    storage = stm_provider.key_for_storage(key)
+    elsewhere = f"{storage}:elsewhere"
+    first = await make_memory(cfg, key=key)
+    other = await make_memory(cfg, key=key)
+    for i in range(3):
+        await first.add_turn(turn(i))
+        await other.add_turn(turn(i, pad=5, digest=True))
+    await first.persist(stm_store, storage)
+    await other.persist(stm_store, elsewhere)
+    await first.hydrate(stm_store, elsewhere)
+    assert await _observe(first) == await _observe(other), "SER-005: the hydrated state"
+    await first.persist(stm_store, storage)
+    fresh = await make_memory(cfg, key=key)
+    await fresh.hydrate(stm_store, storage)
+    assert await _observe(fresh) == await _observe(other), (
+        "SER-005: persisting after hydrating another state must write the state now held, "
+        "not turns of the one it replaced"
+    )
+
+
 @req("SER-005")
 @cap("persistence")
 @pytest.mark.stm_capability("truncation")

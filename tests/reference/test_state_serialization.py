@@ -1016,7 +1016,9 @@ async def test_changes_counts_every_change_of_the_state_and_nothing_else() -> No
     assert not moved()  # refused: the state did not change
     summarizer.target = joining
     for index in range(2, 6):
+        count = memory.changes
         await memory.add_turn(make_turn(index))
+        assert memory.changes > count  # each turn moves it forward, never back
     await memory.flush()
     assert moved()  # turns added and summaries installed
     state = memory.to_dict()
