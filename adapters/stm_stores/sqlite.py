@@ -327,14 +327,12 @@ class SQLiteStateStore:
                 try:
                     await ended.wait()
                 except BaseException:
-                    if not write.taken:
+                    if write in self._queue:  # not taken yet: never written
                         self._queue.remove(write)
                     raise
                 continue
             self._batch_ended = anyio.Event()
             batch, self._queue = self._queue, []
-            for taken in batch:
-                taken.taken = True
             try:
                 await anyio.to_thread.run_sync(self._commit, batch)
             finally:
@@ -488,7 +486,6 @@ class _Write:
     key: str
     action: str
     operation: Callable[[sqlite3.Connection], tuple[Any, Rows | None]]
-    taken: bool = False
     done: bool = False
     result: Any = None
     error: Exception | None = None

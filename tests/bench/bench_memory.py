@@ -321,7 +321,8 @@ def machine() -> dict[str, Any]:
     }
 
 
-def plot(result: dict[str, Any], path: Path) -> None:
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` drawing to files, or ``None`` (said) without matplotlib."""
     try:
         import matplotlib
 
@@ -329,6 +330,28 @@ def plot(result: dict[str, Any], path: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         print("matplotlib is not installed: no plot")
+        return None
+    return plt
+
+
+def errorbar(ax: Any, xs: list[int], cells: list[dict[str, float]], **style: Any) -> None:
+    """Plot the medians of ``cells`` (see :func:`spread`) with bars from min to max."""
+    ys = [c["median"] for c in cells]
+    low = [c["median"] - c["min"] for c in cells]
+    high = [c["max"] - c["median"] for c in cells]
+    ax.errorbar(xs, ys, yerr=[low, high], ms=3, **style)
+
+
+def save(fig: Any, axes: Any, path: Path) -> None:
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    plt = pyplot()
+    if plt is None:
         return
     rows = [r for r in result["operations"] if r["estimator"] == "default"]
     impls = [name for name in ("reference", "penguiflow") if name in rows[0]]
@@ -337,21 +360,15 @@ def plot(result: dict[str, Any], path: Path) -> None:
         for impl in impls:
             for total, style in ((0, "-"), (10_000, "--")):
                 points = [r for r in rows if r["total_max_tokens"] == total]
-                xs = [r["turns"] for r in points]
-                ys = [r[impl][op]["median"] for r in points]
-                low = [r[impl][op]["median"] - r[impl][op]["min"] for r in points]
-                high = [r[impl][op]["max"] - r[impl][op]["median"] for r in points]
                 label = f"{impl}, {'no limit' if total == 0 else '10k budget'}"
-                ax.errorbar(xs, ys, yerr=[low, high], fmt=style + "o", ms=3, label=label)
+                cells = [r[impl][op] for r in points]
+                errorbar(ax, [r["turns"] for r in points], cells, fmt=style + "o", label=label)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(op)
         ax.set_xlabel("retained turns")
         ax.set_ylabel("µs per call")
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    print(f"plot: {path}")
+    save(fig, axes, path)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -42,7 +42,7 @@ try:
 except ImportError:  # run from a checkout without installing it
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench_memory import machine, spread
+from bench_memory import errorbar, machine, pyplot, save, spread
 from stm_stores import SQLiteStateStore
 
 from reference_impl import MemoryBudget, ShortTermMemoryConfig
@@ -154,13 +154,8 @@ def measure(windows: list[int], rounds: int, where: Path) -> list[dict[str, Any]
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot")
+    plt = pyplot()
+    if plt is None:
         return
     names = [name for name in LIBRARIES if name in rows[0]]
     fig, axes = plt.subplots(1, len(LOADS), figsize=(6 * len(LOADS), 3.8))
@@ -168,19 +163,13 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         points = [r for r in rows if r["sessions"] == sessions]
         for name in names:
             xs = [r["full_zone_turns"] for r in points]
-            ys = [r[name]["median"] for r in points]
-            low = [r[name]["median"] - r[name]["min"] for r in points]
-            high = [r[name]["max"] - r[name]["median"] for r in points]
-            ax.errorbar(xs, ys, yerr=[low, high], fmt="-o", ms=3, label=name)
+            errorbar(ax, xs, [r[name] for r in points], fmt="-o", label=name)
         ax.set_xscale("log")
         ax.set_ylim(bottom=0)
         ax.set_title(f"{sessions} session{'s' if sessions > 1 else ''}")
         ax.set_xlabel("full_zone_turns")
         ax.set_ylabel("agent turns per second")
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    print(f"plot: {path}")
+    save(fig, axes, path)
 
 
 def _version(distribution: str) -> str | None:

@@ -8,34 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 
 from stm_stores import SQLiteStateStore
 
-from reference_impl import MemoryBudget, MemoryKey, ShortTermMemoryConfig
+from reference_impl import MemoryKey
 from reference_impl.session import MemoryRouter
+
+# The session tests' summarizer (its summary names every turn it covers) and configuration.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "session"))
+from session_workers import CoverageSummarizer, coverage_config
 
 KEY = MemoryKey("tenant", "user", "killed-session")
 
 
-class CoverageSummarizer:
-    """The summary lists every turn it covers, so a test can account for each turn."""
-
-    async def __call__(self, payload: dict[str, object]) -> dict[str, str]:
-        ids = [turn["user"] for turn in payload["turns"]]  # type: ignore[attr-defined]
-        previous = payload["previous_summary"]
-        return {"summary": " ".join(part for part in [previous, *ids] if part)}
-
-
-def config() -> ShortTermMemoryConfig:
-    return ShortTermMemoryConfig(
-        strategy="rolling_summary",
-        budget=MemoryBudget(full_zone_turns=3, summary_max_tokens=200_000, total_max_tokens=0),
-    )
-
-
 async def main(db: str, first: int) -> None:
     store = SQLiteStateStore(db)
-    router = MemoryRouter(config(), store=store, summarizer=CoverageSummarizer())
+    router = MemoryRouter(coverage_config(), store=store, summarizer=CoverageSummarizer())
     index = first
     while True:
         async with router.turn(memory_key=KEY) as turn:

@@ -114,29 +114,6 @@ class Chaos:
         await self._callback("on_health_changed")
 
 
-class LagProbe:
-    """The longest the event loop went without running this task's 1 ms sleeps."""
-
-    def __init__(self) -> None:
-        self.worst = 0.0
-        self._task: asyncio.Task[None] | None = None
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            started = loop.time()
-            await asyncio.sleep(0.001)
-            self.worst = max(self.worst, loop.time() - started - 0.001)
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
-
-
 @pytest.mark.parametrize("seed", CHAOS_SEEDS)
 async def test_every_turn_is_accounted_for_through_summarizer_and_callback_chaos(
     seed: int,
@@ -155,8 +132,6 @@ async def test_every_turn_is_accounted_for_through_summarizer_and_callback_chaos
         on_health_changed=chaos.on_health_changed,
     )
     before = asyncio.all_tasks()
-    probe = LagProbe()
-    probe.start()
     memory = DefaultShortTermMemory(config=config, summarizer=chaos.summarizer)
     users = [f"turn {i} é🐧" for i in range(CHAOS_TURNS)]
     for index, user in enumerate(users):
@@ -174,7 +149,6 @@ async def test_every_turn_is_accounted_for_through_summarizer_and_callback_chaos
         await asyncio.sleep(0.005)
     state = memory.to_dict()
     await memory.aclose()
-    await probe.stop()
 
     kept = [t["user_message"] for part in ("turns", "pending", "backlog") for t in state[part]]
     covered = {user for summary in chaos.installed for user in chaos.summarized[summary]}
@@ -197,12 +171,9 @@ async def test_every_turn_is_accounted_for_through_summarizer_and_callback_chaos
     if abandoned:
         await asyncio.wait(abandoned, timeout=1.0)
     assert asyncio.all_tasks() - before == set()
-    # The probe's figure is printed, not asserted: on a loaded machine the process itself
-    # is descheduled for longer than the memory ever holds the loop (nox -s bench measures).
     print(
         f"\nchaos seed {seed}: {CHAOS_TURNS} turns, {sum(chaos.calls.values())} summarizer "
         f"calls {dict(chaos.calls)}; {len(chaos.installed)} summaries installed; "
         f"{len(kept)} kept, {state['dropped_turns']} dropped and counted; "
-        f"{sum(chaos.callbacks.values())} callbacks; loop held at most "
-        f"{probe.worst * 1000:.1f} ms"
+        f"{sum(chaos.callbacks.values())} callbacks"
     )

@@ -1,6 +1,5 @@
 """100,000 turns in one memory, measured in a process of its own: every turn summarized,
-bounded memory, no task left. The loop lag it prints is a figure, not a check (timing
-belongs to ``nox -s bench``)."""
+bounded memory, no task left."""
 
 from __future__ import annotations
 
