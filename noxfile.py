@@ -38,9 +38,9 @@ def tests(session: nox.Session) -> None:
     their own (skipped otherwise).
     """
     session.install("-e", ".[dev,fakeredis]")
-    # loadgroup: each group of broken-backend runs (tests/kit/test_mutants.py) stays on one
-    # worker, which starts the group's suite runs ahead, a few at once.
-    session.run("pytest", "-q", "-n", "2", "--dist=loadgroup", *session.posargs)
+    # The whole-suite runs the kit's meta-tests judge start at collection, beside the other
+    # tests (tests/kit/run_ahead.py).
+    session.run("pytest", "-q", "-n", "2", *session.posargs)
 
 
 @nox.session(python=PYTHON)

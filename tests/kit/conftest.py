@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from kit_support import RunPytest
+from kit_support import RUN_TIMEOUT_S, RunPytest, zygote
+from run_ahead import Batch, Job
+
+_BATCH = pytest.StashKey[Batch]()
 
 #: A provider module for fake suites: the reference memory, a few capabilities, and a
 #: ``close`` that records what it closed.
@@ -47,12 +52,28 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def run_pytest(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> RunPytest:
-    """Run pytest in a subprocess inside the scratch directory, with a clean environment."""
+    """Run pytest in a subprocess inside the scratch directory, with a clean environment.
+
+    Like ``pytester.runpytest_subprocess``, but forked from the zygote (``suite_runner``),
+    which has imported pytest, hypothesis and the kit already: a new interpreter would
+    spend about a second of CPU on that, in each of these tests."""
     for name in ("STM_BACKEND", "CI", "PYTEST_XDIST_WORKER"):
         monkeypatch.delenv(name, raising=False)
+    runs = iter(range(1_000_000))
 
     def run(*args: str) -> pytest.RunResult:
-        return pytester.runpytest_subprocess(*args)
+        files = pytester.path.parent / f"{pytester.path.name}-run{next(runs)}"
+        files.mkdir()
+        command = [f"--basetemp={files / 'basetemp'}", *map(str, args)]
+        started = time.monotonic()
+        forked = zygote().start(
+            pytester.path, command, dict(os.environ), [], split=True, files=files
+        )
+        code, _ = forked.wait(RUN_TIMEOUT_S)
+        out, err = forked.output()
+        return pytest.RunResult(
+            code, out.splitlines(), err.splitlines(), time.monotonic() - started
+        )
 
     return run
 
@@ -69,3 +90,36 @@ def fake_suite(pytester: pytest.Pytester) -> Callable[[str], Path]:
         return pytester.makepyfile(test_fake=header + textwrap.dedent(body))
 
     return write
+
+
+@pytest.hookimpl(trylast=True)  # after -k, -m and --deselect
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Start the whole-suite runs the selected tests judge (``run_ahead``), and move those
+    tests last. Every xdist worker orders the same way; only one starts the runs."""
+    judges = [item for item in items if item.get_closest_marker("suite_run")]
+    if not judges:
+        return
+    items[:] = [item for item in items if not item.get_closest_marker("suite_run")] + judges
+    jobs: dict[str, Job] = {}
+    for item in judges:
+        for mark in item.iter_markers("suite_run"):
+            jobs.setdefault(mark.args[0].name, mark.args[0])
+    basetemp = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    # xdist workers' base directories share a parent: the controller's.
+    shared = basetemp.parent if hasattr(config, "workerinput") else basetemp
+    batch = Batch(shared / "suite-runs", list(jobs.values()))
+    config.stash[_BATCH] = batch
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0":
+        batch.start_all()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    batch = session.config.stash.get(_BATCH, None)
+    if batch is not None:
+        batch.join()  # the other workers may still be reading the runs this one started
+
+
+@pytest.fixture
+def suite_runs(request: pytest.FixtureRequest) -> Batch:
+    """The batch of whole-suite runs the session started (see ``run_ahead``)."""
+    return request.config.stash[_BATCH]

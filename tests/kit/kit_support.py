@@ -55,6 +55,15 @@ def clean_environment() -> dict[str, str]:
 _zygote: Zygote | None = None
 
 
+def zygote() -> Zygote:
+    """This process's zygote (``suite_runner``), started on first use."""
+    global _zygote
+    if _zygote is None:
+        _zygote = Zygote(_suite_env(None))
+        atexit.register(_zygote.close)
+    return _zygote
+
+
 def _suite_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     clean = clean_environment()
     clean["PYTHONPATH"] = os.pathsep.join(filter(None, [str(KIT_TESTS), clean.get("PYTHONPATH")]))
@@ -73,10 +82,6 @@ def start_suite(
     imported everything already (``suite_runner``), with an environment and ini file of
     its own: ``PYTEST_*`` and ``STM_*`` variables of the outer run are dropped and an empty
     ini file is used."""
-    global _zygote
-    if _zygote is None:
-        _zygote = Zygote(_suite_env(None))
-        atexit.register(_zygote.close)
     (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     command = [
         f"--stm-backend={backend}",
@@ -89,12 +94,12 @@ def start_suite(
         "no:cacheprovider",
         *(args or []),
     ]
-    return _zygote.start(tmp_path, command, _suite_env(env), [str(KIT_TESTS)])
+    return zygote().start(tmp_path, command, _suite_env(env), [str(KIT_TESTS)])
 
 
-def finish_suite(run: SuiteRun) -> tuple[dict[str, Any], str]:
+def finish_suite(run: SuiteRun, timeout_s: float = RUN_TIMEOUT_S) -> tuple[dict[str, Any], str]:
     """Wait for a run :func:`start_suite` started: its JSON report and output."""
-    _, output = run.wait(RUN_TIMEOUT_S)
+    _, output = run.wait(timeout_s)
     report = run.cwd / "r.json"
     assert report.is_file(), f"the run wrote no report:\n{output[-6000:]}"
     return load_json(report), output

@@ -8,8 +8,9 @@ can overlap: a suite run spends most of its time waiting on timers (retry backof
 kit's patience), so a few at once keep the cores busy.
 
 The zygote never runs a test or starts a thread or an event loop, which is what makes
-forking it safe. A child writes its output to ``out.txt`` and, last, its exit status to
-``exit.txt`` in its directory; the test process polls for that file.
+forking it safe. A child writes its output to ``out.txt`` (its standard error to
+``err.txt`` when asked to keep them apart) and, last, its exit status to ``exit.txt`` in
+its directory; the test process polls for that file.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,9 +30,33 @@ from pathlib import Path
 __all__ = ["SuiteRun", "Zygote"]
 
 _ZYGOTE = r"""
-import json, os, signal, sys
+import json, os, resource, signal, sys
 import hypothesis, pytest, reference_impl, stm_conformance.plugin  # imported once, shared
+import importlib
 
+# And what a run imports next, so that no run pays for it (a module's asserts are not
+# rewritten once imported; the kit's only ones narrow types).
+for name in (
+    "anyio.pytest_plugin", "hypothesis.stateful", "xdist.plugin", "xdist.looponfail",
+    "platformdirs.pytest_plugin", "pdb", "tomllib", "xml.etree.ElementTree", "faulthandler",
+    "_pytest.faulthandler", "_pytest.junitxml", "_pytest.pastebin", "_pytest.skipping",
+    "_pytest.unittest", "_pytest.threadexception", "_pytest.unraisableexception",
+    "_pytest.warnings", "_pytest.helpconfig", "_pytest.setuponly", "_pytest.setupplan",
+    "_pytest.tracemalloc", "stm_conformance.checks", "stm_conformance.fixtures",
+    "stm_conformance.stateful", "stm_conformance.scripted", "stm_conformance.report",
+    "stm_conformance.xfail", "reference_impl.provider",
+):
+    try:
+        importlib.import_module(name)
+    except ImportError:  # an optional plugin not installed
+        pass
+from _pytest.assertion.rewrite import AssertionRewritingHook
+
+# pytest warns that the plugins imported above are too late for assert rewriting; a new
+# interpreter would not have imported them yet. Their asserts are not what the runs check.
+AssertionRewritingHook._warn_already_imported = lambda self, name: None
+
+OURS = {"stm_conformance", "reference_impl", "stm_stores", "stm_penguiflow", "stm_redis"}
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the children
 for line in sys.stdin:
     job = json.loads(line)
@@ -40,14 +66,22 @@ for line in sys.stdin:
     code = 98
     try:
         os.chdir(job["cwd"])
-        with open("pid.txt", "w") as f:
+        files = job["files"]
+        with open(os.path.join(files, "pid.txt"), "w") as f:
             f.write(str(os.getpid()))
         os.environ.clear()
         os.environ.update(job["env"])
         sys.path[:0] = [p for p in job["path"] if p not in sys.path]
-        out = os.open("out.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        if job["split"]:
+            # A run that must look like a new interpreter's: this project's modules are
+            # imported afresh (pytest rewrites their asserts and would otherwise warn).
+            for name in [m for m in sys.modules if m.split(".")[0] in OURS]:
+                del sys.modules[name]
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        out = os.open(os.path.join(files, "out.txt"), flags, 0o644)
+        err = os.open(os.path.join(files, "err.txt"), flags, 0o644) if job["split"] else out
         os.dup2(out, 1)
-        os.dup2(out, 2)
+        os.dup2(err, 2)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         code = int(pytest.main(job["args"]))
@@ -56,27 +90,34 @@ for line in sys.stdin:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        with open("exit.tmp", "w") as f:
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        with open(os.path.join(job["files"], "cpu.txt"), "w") as f:
+            f.write(repr(used.ru_utime + used.ru_stime))  # counted from the fork
+        with open(os.path.join(job["files"], "exit.tmp"), "w") as f:
             f.write(str(code))
-        os.replace("exit.tmp", "exit.txt")
+        os.replace(os.path.join(job["files"], "exit.tmp"), os.path.join(job["files"], "exit.txt"))
         os._exit(code)
 """
 
 
 @dataclass
 class SuiteRun:
-    """One forked run of pytest; :meth:`wait` for its exit status and output."""
+    """One forked run of pytest; :meth:`wait` for its exit status and output.
+
+    ``cwd`` is where it runs and ``files`` where it writes its output, process ID and exit
+    status (``cwd`` unless told otherwise)."""
 
     cwd: Path
     command: str
+    files: Path
 
     def done(self) -> bool:
-        return (self.cwd / "exit.txt").is_file()
+        return (self.files / "exit.txt").is_file()
 
     def kill(self) -> None:
         """End the run (it is a child of the zygote, not of this process)."""
         with contextlib.suppress(OSError, ValueError):
-            os.kill(int((self.cwd / "pid.txt").read_text(encoding="utf-8")), signal.SIGKILL)
+            os.kill(int((self.files / "pid.txt").read_text(encoding="utf-8")), signal.SIGKILL)
 
     def wait(self, timeout: float) -> tuple[int, str]:
         """The exit status and output, once the run has ended (``TimeoutError`` after
@@ -87,9 +128,16 @@ class SuiteRun:
                 self.kill()
                 raise TimeoutError(f"{self.command} did not end within {timeout:.0f}s")
             time.sleep(0.05)
-        code = int((self.cwd / "exit.txt").read_text(encoding="utf-8"))
-        out = (self.cwd / "out.txt").read_text(encoding="utf-8", errors="replace")
-        return code, f"$ {self.command}\nexit {code}\n{out}"
+        code = int((self.files / "exit.txt").read_text(encoding="utf-8"))
+        return code, f"$ {self.command}\nexit {code}\n{self.output()[0]}"
+
+    def output(self) -> tuple[str, str]:
+        """What the run wrote to its standard output and, when kept apart, its error."""
+        out, err = (self.files / "out.txt", self.files / "err.txt")
+        return tuple(  # type: ignore[return-value]
+            f.read_text(encoding="utf-8", errors="replace") if f.is_file() else ""
+            for f in (out, err)
+        )
 
 
 class Zygote:
@@ -103,19 +151,37 @@ class Zygote:
             env=dict(env),
             text=True,
         )
+        self._lock = threading.Lock()  # runs are started from more than one thread
 
     def start(
-        self, cwd: Path, args: list[str], env: Mapping[str, str], path: list[str]
+        self,
+        cwd: Path,
+        args: list[str],
+        env: Mapping[str, str],
+        path: list[str],
+        *,
+        split: bool = False,
+        files: Path | None = None,
     ) -> SuiteRun:
         """Fork ``pytest args`` in ``cwd`` with environment ``env`` and ``path`` first on
-        ``sys.path``; returns at once."""
-        assert self._process.stdin is not None
-        for name in ("exit.txt", "out.txt", "pid.txt"):
-            (cwd / name).unlink(missing_ok=True)
-        job = {"cwd": str(cwd), "args": args, "env": dict(env), "path": path}
-        self._process.stdin.write(json.dumps(job) + "\n")
-        self._process.stdin.flush()
-        return SuiteRun(cwd, "pytest " + " ".join(args))
+        ``sys.path``; returns at once. ``split`` keeps standard error apart; ``files`` is
+        where the run's own files go (default ``cwd``)."""
+        files = files or cwd
+        for name in ("exit.txt", "out.txt", "err.txt", "pid.txt"):
+            (files / name).unlink(missing_ok=True)
+        job = {
+            "cwd": str(cwd),
+            "files": str(files),
+            "args": args,
+            "env": dict(env),
+            "path": path,
+            "split": split,
+        }
+        with self._lock:
+            assert self._process.stdin is not None
+            self._process.stdin.write(json.dumps(job) + "\n")
+            self._process.stdin.flush()
+        return SuiteRun(cwd, "pytest " + " ".join(args), files)
 
     def close(self) -> None:
         if self._process.stdin is not None:

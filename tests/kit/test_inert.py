@@ -25,7 +25,9 @@ def test_plain_run_imports_only_the_plugin_and_adds_no_items(
 ) -> None:
     pytester.makeconftest(MODULE_DUMP)
     pytester.makepyfile(test_plain="def test_ok():\n    pass\n")
-    result = run_pytest("-v")
+    # A new interpreter, not ``run_pytest``'s fork of one that imported the kit already:
+    # what this run imports is the point.
+    result = pytester.runpytest_subprocess("-v")
     result.assert_outcomes(passed=1)
     assert result.parseoutcomes() == {"passed": 1}
     result.stdout.no_fnmatch_line("stm*")  # no header lines of the kit

@@ -1,12 +1,16 @@
 """Meta-test: each level is reachable by a backend declaring exactly its capabilities, and
-declaring one capability fewer lowers the level (no check depends on an undeclared one)."""
+declaring one capability fewer lowers the level (no check depends on an undeclared one).
+
+The whole-suite runs are started ahead (``run_ahead``) and judged at the end."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
-from kit_support import failing_checks, run_suite
+from kit_support import failing_checks
+from run_ahead import Batch, Job
 
 from stm_conformance.capabilities import LEVELS
 
@@ -14,55 +18,64 @@ from stm_conformance.capabilities import LEVELS
 REACHABLE = ["Core", "Summary", "Durable"]
 
 
-def _run(tmp_path: Path, capabilities: frozenset[str]) -> dict[str, object]:
-    report, _ = run_suite(
-        tmp_path,
-        "stm_restricted:restricted",
-        env={"STM_TEST_CAPABILITIES": ",".join(sorted(capabilities))},
-    )
-    return report
+def _job(name: str, capabilities: frozenset[str]) -> Job:
+    env = (("STM_TEST_CAPABILITIES", ",".join(sorted(capabilities))),)
+    return Job(f"levels-{name}", "stm_restricted:restricted", env=env)
 
 
-@pytest.mark.parametrize("level", REACHABLE)
-def test_a_level_is_reached_with_exactly_its_capabilities(level: str, tmp_path: Path) -> None:
-    report = _run(tmp_path, LEVELS[level])
+def _params(names: list[str], capabilities: Mapping[str, frozenset[str]]) -> list[object]:
+    return [
+        pytest.param(name, marks=pytest.mark.suite_run(_job(name, capabilities[name])))
+        for name in names
+    ]
+
+
+def _run(suite_runs: Batch, name: str) -> dict[str, Any]:
+    return suite_runs.result(f"levels-{name}").report
+
+
+@pytest.mark.parametrize("level", _params(REACHABLE, LEVELS))
+def test_a_level_is_reached_with_exactly_its_capabilities(level: str, suite_runs: Batch) -> None:
+    report = _run(suite_runs, level)
     expected = REACHABLE[: REACHABLE.index(level) + 1]
     assert report["levels_reached"] == expected, (
         f"declaring {sorted(LEVELS[level])} reached {report['levels_reached']}, "
-        f"want {expected}\n{failing_checks(report)}"  # type: ignore[arg-type]
+        f"want {expected}\n{failing_checks(report)}"
     )
-    assert report["summary"]["checks"]["failed"] == 0  # type: ignore[index]
+    assert report["summary"]["checks"]["failed"] == 0
 
 
-@pytest.mark.parametrize("missing", sorted(LEVELS["Durable"]))
-def test_one_capability_fewer_lowers_the_level(missing: str, tmp_path: Path) -> None:
-    report = _run(tmp_path, LEVELS["Durable"] - {missing})
+_DURABLE_BUT = {name: LEVELS["Durable"] - {name} for name in LEVELS["Durable"]}
+
+
+@pytest.mark.parametrize("missing", _params(sorted(_DURABLE_BUT), _DURABLE_BUT))
+def test_one_capability_fewer_lowers_the_level(missing: str, suite_runs: Batch) -> None:
+    report = _run(suite_runs, f"{missing}")
     reached = report["levels_reached"]
-    assert "Durable" not in reached, f"Durable reached without {missing!r}"  # type: ignore[operator]
-    assert report["summary"]["checks"]["failed"] == 0, failing_checks(report)  # type: ignore[index,arg-type]
-    levels = {lv["name"]: lv for lv in report["levels"]}  # type: ignore[attr-defined]
+    assert "Durable" not in reached, f"Durable reached without {missing!r}"
+    assert report["summary"]["checks"]["failed"] == 0, failing_checks(report)
+    levels = {lv["name"]: lv for lv in report["levels"]}
     assert levels["Durable"]["reason"] == f"capability {missing} not declared"
 
 
-def test_the_differential_catches_a_broken_reference(tmp_path: Path) -> None:
+_DIFFERENTIAL = ("--pyargs", "stm_conformance.suite.test_differential")
+
+
+@pytest.mark.suite_run(Job("broken-reference", "stm_restricted:broken_reference", _DIFFERENTIAL))
+def test_the_differential_catches_a_broken_reference(suite_runs: Batch) -> None:
     """Break the reference module itself: the differential's oracle is the kit's model,
     so it still fails, and on the requirement the change breaks."""
-    report, output = run_suite(
-        tmp_path,
-        "stm_restricted:broken_reference",
-        ["--pyargs", "stm_conformance.suite.test_differential"],
-    )
+    ended = suite_runs.result("broken-reference")
+    report, output = ended.report, ended.output
     checks = [c for c in report["checks"] if "test_differential" in c["nodeid"]]
     assert checks and checks[0]["outcome"] == "failed", output[-3000:]
     assert checks[0]["blamed"] in {"WM-003", "WM-002"}, failing_checks(report)
 
 
-def test_a_failure_that_does_not_repeat_is_reported_as_a_race(tmp_path: Path) -> None:
-    report, output = run_suite(
-        tmp_path,
-        "stm_restricted:racy",
-        ["--pyargs", "stm_conformance.suite.test_differential"],
-    )
+@pytest.mark.suite_run(Job("racy", "stm_restricted:racy", _DIFFERENTIAL))
+def test_a_failure_that_does_not_repeat_is_reported_as_a_race(suite_runs: Batch) -> None:
+    ended = suite_runs.result("racy")
+    report, output = ended.report, ended.output
     check = next(c for c in report["checks"] if "test_differential" in c["nodeid"])
     message = check["message"] or ""
     assert check["outcome"] == "failed", output[-3000:]

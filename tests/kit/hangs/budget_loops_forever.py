@@ -2,11 +2,15 @@
 
 When the view is over ``total_max_tokens`` and only recent turns can go, the budget loop
 looks at the oldest recent turn and forgets to evict it, so ``add_turn`` never returns and
-the event loop is blocked (no ``await`` in the loop: nothing can cancel it).
+the event loop is blocked (no ``await`` in the loop: nothing can cancel it). The loop
+sleeps a millisecond a round (synchronously, as a blocking client call would): it blocks
+the loop as a spinning one does without burning a core for the whole run. The kit's
+interruption of a pure spin is tested on its own (``tests/kit/test_deadline.py``).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from reference_impl.budget import Budget
@@ -35,6 +39,7 @@ class LoopingBudget(Budget):
             elif state.recent:
                 oldest = state.recent[0]  # MUTATION: looked at, never evicted
                 del oldest
+                time.sleep(0.001)
             elif state.summary and self._shows_summary(state):
                 self._shorten_summary(state)
 

@@ -13,7 +13,9 @@ one small, marked change (``# MUTATION``). Each module exposes
   requirement, and a check that trips on another requirement's precondition blames that);
 - ``GAP`` (optional): why the suite does *not* catch this mutant yet. Such a mutant
   documents a known gap of the suite; the meta-test expects its run to miss ``BREAKS``
-  (strict xfail) and reports an unexpected pass once a check catches it.
+  (strict xfail) and reports an unexpected pass once a check catches it;
+- ``SLOW`` (optional): why the suite takes long against this mutant (its run is started
+  before the others).
 
 ``tests/kit/test_mutants.py`` requires the suite to report ``BREAKS`` as failed and nothing
 outside ``BREAKS`` and ``COLLATERAL``.

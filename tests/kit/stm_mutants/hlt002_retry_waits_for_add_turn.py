@@ -15,6 +15,7 @@ from reference_impl.types import MemoryHealth
 
 from . import mutant_provider
 
+SLOW = "each check that waits for a retry waits its whole patience"
 BREAKS = "HLT-002"
 COLLATERAL = {
     "HLT-004": (

@@ -13,6 +13,7 @@ from reference_impl.memory import DefaultShortTermMemory
 
 from . import mutant_provider
 
+SLOW = "each check that waits for DEGRADED waits its whole patience"
 BREAKS = "HLT-004"
 COLLATERAL: dict[str, str] = {}
 

@@ -14,6 +14,7 @@ from reference_impl.types import ConversationTurn
 
 from . import mutant_provider
 
+SLOW = "every add_turn under rolling_summary waits out the kit's add_turn limit"
 BREAKS = "WM-001"
 COLLATERAL = {
     "HLT-002": (

@@ -1,0 +1,125 @@
+"""Whole-suite runs of the meta-tests, all started ahead, at collection, in one batch.
+
+A meta-test that judges a whole run of the suite (against a mutant, a hanging backend, the
+reference) mostly waits: a run spends seconds on timers (retry backoffs, the kit's
+patience, its hang detection) and under two seconds of CPU. Run one after the other, the
+ninety runs would take most of the project's test time, whichever worker they land on. So
+the process that collects first (the only one, or xdist's ``gw0``) starts every run its
+session selected as soon as collection ends, a few at once (:data:`AT_ONCE`) from a
+thread, and the tests that judge them are moved to the end of the session: by then most
+runs have ended, and any worker reads a run's result from the run's directory.
+
+A test asks for a run with the ``suite_run`` mark (a :class:`Job`) and the ``suite_runs``
+fixture (``tests/kit/conftest.py``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kit_support import RUN_TIMEOUT_S, finish_suite, start_suite
+from suite_runner import SuiteRun
+
+__all__ = ["AT_ONCE", "Batch", "Job"]
+
+#: Runs that use CPU at once. A run needs under two seconds of CPU over six to thirty
+#: seconds of waiting; the rest of the tests run beside them on two cores.
+AT_ONCE = 6
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of the whole suite: its directory ``name``, ``--stm-backend`` and options."""
+
+    name: str
+    backend: str
+    args: tuple[str, ...] = ()
+    #: Environment variables of the run, on top of the clean one.
+    env: tuple[tuple[str, str], ...] = ()
+    #: Waits on timers almost throughout (a hanging backend): not counted in AT_ONCE.
+    idle: bool = False
+    #: Known to take longest: started before the others.
+    slow: bool = False
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A run's JSON report and output, and how long it took from start to end."""
+
+    report: dict[str, Any]
+    output: str
+    took_s: float
+
+
+Start = Callable[[Path, str, list[str], dict[str, str]], SuiteRun]
+
+
+class Batch:
+    """The runs of ``jobs``, in directories under ``root``.
+
+    :meth:`start_all` (in the one process that starts them) runs the schedule in a
+    thread; :meth:`result` (in any process) waits for one run to end.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        jobs: list[Job],
+        start: Start = start_suite,
+        timeout_s: float = RUN_TIMEOUT_S,
+    ) -> None:
+        self.root = root
+        self.jobs = {job.name: job for job in jobs}
+        self._start = start
+        #: Longest a run may take, and a test wait for a run to start.
+        self.timeout_s = timeout_s
+        self._thread: threading.Thread | None = None
+
+    def start_all(self) -> None:
+        self._thread = threading.Thread(target=self._schedule, name="suite-runs", daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        """Wait until every run has started and ended (or timed out)."""
+        if self._thread is not None:
+            self._thread.join()
+
+    def _schedule(self) -> None:
+        queue = sorted(self.jobs.values(), key=lambda job: not (job.idle or job.slow))
+        running: dict[str, tuple[SuiteRun, float]] = {}
+        while queue or running:
+            for name, (run, started) in list(running.items()):
+                if run.done():
+                    del running[name]
+                elif time.monotonic() - started > self.timeout_s:
+                    run.kill()  # the judging test reports the missing report
+                    del running[name]
+            busy = sum(not self.jobs[name].idle for name in running)
+            while queue and (queue[0].idle or busy < AT_ONCE):
+                job = queue.pop(0)
+                cwd = self.root / job.name
+                cwd.mkdir(parents=True)
+                (cwd / "started.txt").write_text(repr(time.time()), encoding="utf-8")
+                run = self._start(cwd, job.backend, list(job.args), dict(job.env))
+                running[job.name] = (run, time.monotonic())
+                busy += not job.idle
+            time.sleep(0.05)
+
+    def result(self, name: str) -> Ended:
+        """Wait for the run of job ``name`` to end; its report, output and duration."""
+        job = self.jobs[name]
+        cwd = self.root / name
+        run = SuiteRun(cwd, f"pytest --stm-backend={job.backend} {' '.join(job.args)}", cwd)
+        deadline = time.monotonic() + self.timeout_s
+        while not (cwd / "started.txt").is_file():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the run of {name} never started (is its starter alive?)")
+            time.sleep(0.05)
+        report, output = finish_suite(run, self.timeout_s)
+        started = float((cwd / "started.txt").read_text(encoding="utf-8"))
+        return Ended(report, output, (cwd / "exit.txt").stat().st_mtime - started)
