@@ -63,9 +63,14 @@ class GatedSummarizer:
 async def test_add_turn_does_not_wait_for_the_summarizer(make_memory, scripted_summarizer):
     memory = await make_memory(config(full_zone_turns=1), summarizer=scripted_summarizer)
     scripted_summarizer.hold()
-    with anyio.fail_after(patient(1)):
+
+    async def six_turns() -> None:
         for i in range(6):
             await memory.add_turn(turn(i))
+
+    await returns_within(
+        six_turns(), timeout=1, what="WM-001: six add_turn calls while a summarizer call is held"
+    )
     await scripted_summarizer.wait_for_calls(1)
     assert scripted_summarizer.completed == 0, "the held call completed"
     scripted_summarizer.release()
@@ -293,8 +298,7 @@ async def test_flush_returns_when_degraded(make_memory, scripted_summarizer):
 async def test_flush_returns_at_once_for_other_strategies(make_memory):
     memory = await make_memory(config("truncation", full_zone_turns=1))
     await memory.add_turn(turn(1))
-    with anyio.fail_after(patient(1)):
-        await memory.flush()
+    await returns_within(memory.flush(), timeout=1, what="WM-007: flush() with no summarizer")
 
 
 @scenario("bound:upper")

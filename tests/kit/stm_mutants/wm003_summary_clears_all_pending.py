@@ -13,6 +13,7 @@ from reference_impl.memory import DefaultShortTermMemory
 
 from . import mutant_provider
 
+SLOW = "its failing checks wait their whole patience for the turns it dropped"
 BREAKS = "WM-003"
 COLLATERAL = {
     "WM-004": "the dropped turns never reach a successful summarizer call",
