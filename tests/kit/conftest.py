@@ -116,6 +116,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_sessionfinish(session: pytest.Session) -> None:
     batch = session.config.stash.get(_BATCH, None)
     if batch is not None:
+        if session.shouldfail or session.shouldstop:  # -x, --maxfail: no judge is coming
+            batch.stop()
         batch.join()  # the other workers may still be reading the runs this one started
 
 

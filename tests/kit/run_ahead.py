@@ -79,20 +79,29 @@ class Batch:
         #: Longest a run may take, and a test wait for a run to start.
         self.timeout_s = timeout_s
         self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
 
     def start_all(self) -> None:
         self._thread = threading.Thread(target=self._schedule, name="suite-runs", daemon=True)
         self._thread.start()
 
     def join(self) -> None:
-        """Wait until every run has started and ended (or timed out)."""
+        """Wait until every run has started and ended (or timed out, or been stopped)."""
         if self._thread is not None:
             self._thread.join()
+
+    def stop(self) -> None:
+        """Start no more runs and end those running (nobody will judge them)."""
+        self._stop.set()
 
     def _schedule(self) -> None:
         queue = sorted(self.jobs.values(), key=lambda job: not (job.idle or job.slow))
         running: dict[str, tuple[SuiteRun, float]] = {}
         while queue or running:
+            if self._stop.is_set():
+                for run, _ in running.values():
+                    run.kill()
+                return
             for name, (run, started) in list(running.items()):
                 if run.done():
                     del running[name]

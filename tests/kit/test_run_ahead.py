@@ -75,3 +75,28 @@ def test_a_run_never_started_is_a_clear_error(tmp_path: Path) -> None:
     batch = Batch(tmp_path, [Job("never", "x")], timeout_s=0.05)  # nobody starts it
     with pytest.raises(TimeoutError, match="never started"):
         batch.result("never")
+
+
+def test_a_stopped_batch_ends_its_runs_and_starts_no_more(tmp_path: Path) -> None:
+    runs = FakeRuns()
+    killed: list[str] = []
+
+    def start(cwd: Path, backend: str, args: list[str], env: dict[str, str]) -> SuiteRun:
+        run = runs.start(cwd, backend, args, env)
+        return _Killable(run.cwd, run.command, run.files, killed)
+
+    batch = Batch(tmp_path, [Job(f"busy{i}", "b") for i in range(AT_ONCE + 2)], start)
+    batch.start_all()
+    runs.wait_started(AT_ONCE)
+    batch.stop()
+    batch.join()
+    assert len(runs.started) == AT_ONCE and sorted(killed) == sorted(runs.started)
+
+
+class _Killable(SuiteRun):
+    def __init__(self, cwd: Path, command: str, files: Path, killed: list[str]) -> None:
+        super().__init__(cwd, command, files)
+        self.killed = killed
+
+    def kill(self) -> None:
+        self.killed.append(self.cwd.name)
