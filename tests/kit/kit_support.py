@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -53,15 +54,17 @@ def clean_environment() -> dict[str, str]:
 
 
 _zygote: Zygote | None = None
+_zygote_lock = threading.Lock()  # the batch of runs (``run_ahead``) starts from a thread
 
 
 def zygote() -> Zygote:
     """This process's zygote (``suite_runner``), started on first use."""
     global _zygote
-    if _zygote is None:
-        _zygote = Zygote(_suite_env(None))
-        atexit.register(_zygote.close)
-    return _zygote
+    with _zygote_lock:
+        if _zygote is None:
+            _zygote = Zygote(_suite_env(None))
+            atexit.register(_zygote.close)
+        return _zygote
 
 
 def _suite_env(extra: Mapping[str, str] | None) -> dict[str, str]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,8 +83,20 @@ class Batch:
         self._stop = threading.Event()
 
     def start_all(self) -> None:
-        self._thread = threading.Thread(target=self._schedule, name="suite-runs", daemon=True)
+        self._thread = threading.Thread(target=self._run_schedule, name="suite-runs", daemon=True)
         self._thread.start()
+
+    @property
+    def _crash(self) -> Path:
+        return self.root / "schedule-crashed.txt"
+
+    def _run_schedule(self) -> None:
+        try:
+            self._schedule()
+        except BaseException:
+            # Judges in any process read this rather than wait out their deadline.
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._crash.write_text(traceback.format_exc(), encoding="utf-8")
 
     def join(self) -> None:
         """Wait until every run has started and ended (or timed out, or been stopped)."""
@@ -113,8 +126,9 @@ class Batch:
                 job = queue.pop(0)
                 cwd = self.root / job.name
                 cwd.mkdir(parents=True)
-                (cwd / "started.txt").write_text(repr(time.time()), encoding="utf-8")
+                now = repr(time.time())
                 run = self._start(cwd, job.backend, list(job.args), dict(job.env))
+                (cwd / "started.txt").write_text(now, encoding="utf-8")  # judges may wait now
                 running[job.name] = (run, time.monotonic())
                 busy += not job.idle
             time.sleep(0.05)
@@ -126,6 +140,8 @@ class Batch:
         run = SuiteRun(cwd, f"pytest --stm-backend={job.backend} {' '.join(job.args)}", cwd)
         deadline = time.monotonic() + self.timeout_s
         while not (cwd / "started.txt").is_file():
+            if self._crash.is_file():
+                raise RuntimeError(f"the runs' schedule crashed:\n{self._crash.read_text('utf-8')}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the run of {name} never started (is its starter alive?)")
             time.sleep(0.05)

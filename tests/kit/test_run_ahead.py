@@ -100,3 +100,14 @@ class _Killable(SuiteRun):
 
     def kill(self) -> None:
         self.killed.append(self.cwd.name)
+
+
+def test_a_crashed_schedule_is_reported_to_every_judge(tmp_path: Path) -> None:
+    def start(cwd: Path, backend: str, args: list[str], env: dict[str, str]) -> SuiteRun:
+        raise OSError("no zygote")
+
+    batch = Batch(tmp_path, [Job("a", "x")], start)
+    batch.start_all()
+    batch.join()
+    with pytest.raises(RuntimeError, match=r"schedule crashed(.|\n)*OSError: no zygote"):
+        Batch(tmp_path, [Job("a", "x")]).result("a")  # another process's view of the batch
