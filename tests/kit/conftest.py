@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import textwrap
 import time
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from kit_support import RUN_TIMEOUT_S, RunPytest, zygote
-from run_ahead import Batch, Job
+from run_ahead import Batch, Ended, Job
 
 _BATCH = pytest.StashKey[Batch]()
 
@@ -59,7 +60,7 @@ def run_pytest(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Ru
     spend about a second of CPU on that, in each of these tests."""
     for name in ("STM_BACKEND", "CI", "PYTEST_XDIST_WORKER"):
         monkeypatch.delenv(name, raising=False)
-    runs = iter(range(1_000_000))
+    runs = itertools.count()
 
     def run(*args: str) -> pytest.RunResult:
         files = pytester.path.parent / f"{pytester.path.name}-run{next(runs)}"
@@ -122,6 +123,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 @pytest.fixture
-def suite_runs(request: pytest.FixtureRequest) -> Batch:
-    """The batch of whole-suite runs the session started (see ``run_ahead``)."""
-    return request.config.stash[_BATCH]
+def suite_result(request: pytest.FixtureRequest) -> Ended:
+    """The ended run this test's ``suite_run`` mark asks for (see ``run_ahead``)."""
+    mark = request.node.get_closest_marker("suite_run")
+    assert mark is not None, "suite_result needs a suite_run mark"
+    return request.config.stash[_BATCH].result(mark.args[0].name)

@@ -9,8 +9,8 @@ session selected as soon as collection ends, a few at once (:data:`AT_ONCE`) fro
 thread, and the tests that judge them are moved to the end of the session: by then most
 runs have ended, and any worker reads a run's result from the run's directory.
 
-A test asks for a run with the ``suite_run`` mark (a :class:`Job`) and the ``suite_runs``
-fixture (``tests/kit/conftest.py``).
+A test asks for a run with the ``suite_run`` mark (a :class:`Job`) and gets it, ended, from
+the ``suite_result`` fixture (``tests/kit/conftest.py``).
 """
 
 from __future__ import annotations

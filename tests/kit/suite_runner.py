@@ -30,7 +30,7 @@ from pathlib import Path
 __all__ = ["SuiteRun", "Zygote"]
 
 _ZYGOTE = r"""
-import json, os, resource, signal, sys
+import json, os, signal, sys
 import hypothesis, pytest, reference_impl, stm_conformance.plugin  # imported once, shared
 import importlib
 
@@ -90,9 +90,6 @@ for line in sys.stdin:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        used = resource.getrusage(resource.RUSAGE_SELF)
-        with open(os.path.join(job["files"], "cpu.txt"), "w") as f:
-            f.write(repr(used.ru_utime + used.ru_stime))  # counted from the fork
         with open(os.path.join(job["files"], "exit.tmp"), "w") as f:
             f.write(str(code))
         os.replace(os.path.join(job["files"], "exit.tmp"), os.path.join(job["files"], "exit.txt"))
@@ -133,11 +130,12 @@ class SuiteRun:
 
     def output(self) -> tuple[str, str]:
         """What the run wrote to its standard output and, when kept apart, its error."""
-        out, err = (self.files / "out.txt", self.files / "err.txt")
-        return tuple(  # type: ignore[return-value]
-            f.read_text(encoding="utf-8", errors="replace") if f.is_file() else ""
-            for f in (out, err)
-        )
+
+        def read(name: str) -> str:
+            path = self.files / name
+            return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+
+        return read("out.txt"), read("err.txt")
 
 
 class Zygote:

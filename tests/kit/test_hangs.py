@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from kit_support import KIT_TESTS
-from run_ahead import Batch, Job
+from run_ahead import Ended, Job
 
 if str(KIT_TESTS) not in sys.path:
     sys.path.insert(0, str(KIT_TESTS))
@@ -62,10 +62,9 @@ def _params() -> list[Any]:
 
 
 @pytest.mark.parametrize("name", _params())
-def test_suite_ends_every_check_of_a_hanging_backend(name: str, suite_runs: Batch) -> None:
+def test_suite_ends_every_check_of_a_hanging_backend(name: str, suite_result: Ended) -> None:
     module = _hang(name)
-    ended = suite_runs.result(f"hang-{name}")
-    report, output, took = ended.report, ended.output, ended.took_s
+    report, output, took = suite_result.report, suite_result.output, suite_result.took_s
     tail = output[-3000:]
     assert report["backend"]["name"] == module.provider.name
     assert took <= module.WALL_S, f"the run took {took:.0f}s > {module.WALL_S}s\n{tail}"

@@ -6,11 +6,10 @@ The whole-suite runs are started ahead (``run_ahead``) and judged at the end."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import pytest
 from kit_support import failing_checks
-from run_ahead import Batch, Job
+from run_ahead import Ended, Job
 
 from stm_conformance.capabilities import LEVELS
 
@@ -30,13 +29,9 @@ def _params(names: list[str], capabilities: Mapping[str, frozenset[str]]) -> lis
     ]
 
 
-def _run(suite_runs: Batch, name: str) -> dict[str, Any]:
-    return suite_runs.result(f"levels-{name}").report
-
-
 @pytest.mark.parametrize("level", _params(REACHABLE, LEVELS))
-def test_a_level_is_reached_with_exactly_its_capabilities(level: str, suite_runs: Batch) -> None:
-    report = _run(suite_runs, level)
+def test_a_level_is_reached_with_exactly_its_capabilities(level: str, suite_result: Ended) -> None:
+    report = suite_result.report
     expected = REACHABLE[: REACHABLE.index(level) + 1]
     assert report["levels_reached"] == expected, (
         f"declaring {sorted(LEVELS[level])} reached {report['levels_reached']}, "
@@ -49,8 +44,8 @@ _DURABLE_BUT = {name: LEVELS["Durable"] - {name} for name in LEVELS["Durable"]}
 
 
 @pytest.mark.parametrize("missing", _params(sorted(_DURABLE_BUT), _DURABLE_BUT))
-def test_one_capability_fewer_lowers_the_level(missing: str, suite_runs: Batch) -> None:
-    report = _run(suite_runs, f"{missing}")
+def test_one_capability_fewer_lowers_the_level(missing: str, suite_result: Ended) -> None:
+    report = suite_result.report
     reached = report["levels_reached"]
     assert "Durable" not in reached, f"Durable reached without {missing!r}"
     assert report["summary"]["checks"]["failed"] == 0, failing_checks(report)
@@ -62,20 +57,18 @@ _DIFFERENTIAL = ("--pyargs", "stm_conformance.suite.test_differential")
 
 
 @pytest.mark.suite_run(Job("broken-reference", "stm_restricted:broken_reference", _DIFFERENTIAL))
-def test_the_differential_catches_a_broken_reference(suite_runs: Batch) -> None:
+def test_the_differential_catches_a_broken_reference(suite_result: Ended) -> None:
     """Break the reference module itself: the differential's oracle is the kit's model,
     so it still fails, and on the requirement the change breaks."""
-    ended = suite_runs.result("broken-reference")
-    report, output = ended.report, ended.output
+    report, output = suite_result.report, suite_result.output
     checks = [c for c in report["checks"] if "test_differential" in c["nodeid"]]
     assert checks and checks[0]["outcome"] == "failed", output[-3000:]
     assert checks[0]["blamed"] in {"WM-003", "WM-002"}, failing_checks(report)
 
 
 @pytest.mark.suite_run(Job("racy", "stm_restricted:racy", _DIFFERENTIAL))
-def test_a_failure_that_does_not_repeat_is_reported_as_a_race(suite_runs: Batch) -> None:
-    ended = suite_runs.result("racy")
-    report, output = ended.report, ended.output
+def test_a_failure_that_does_not_repeat_is_reported_as_a_race(suite_result: Ended) -> None:
+    report, output = suite_result.report, suite_result.output
     check = next(c for c in report["checks"] if "test_differential" in c["nodeid"])
     message = check["message"] or ""
     assert check["outcome"] == "failed", output[-3000:]

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from kit_support import KIT_TESTS, failed_requirements, failing_checks
-from run_ahead import Batch, Job
+from run_ahead import Ended, Job
 
 from stm_conformance.requirements import load_spec
 
@@ -98,10 +98,9 @@ def test_there_are_enough_mutants_and_each_is_well_formed() -> None:
 
 
 @pytest.mark.parametrize("name", _params())
-def test_suite_catches_mutant(name: str, suite_runs: Batch) -> None:
+def test_suite_catches_mutant(name: str, suite_result: Ended) -> None:
     module = _mutant(name)
-    ended = suite_runs.result(name)
-    report, output = ended.report, ended.output
+    report, output = suite_result.report, suite_result.output
     assert report["backend"]["name"] == module.provider.name, "the mutant was not the backend"
     failed = failed_requirements(report)
     details = f"failed requirements: {sorted(failed)}\nfailing checks:\n{failing_checks(report)}"
@@ -120,9 +119,8 @@ def test_suite_catches_mutant(name: str, suite_runs: Batch) -> None:
 
 
 @pytest.mark.suite_run(Job("reference", "reference", ARGS))
-def test_reference_passes_everything(suite_runs: Batch) -> None:
-    ended = suite_runs.result("reference")
-    report, output = ended.report, ended.output
+def test_reference_passes_everything(suite_result: Ended) -> None:
+    report, output = suite_result.report, suite_result.output
     failed = failed_requirements(report)
     assert report["run"]["exit_status"] == 0 and not failed, (
         f"the reference backend failed {sorted(failed)}\n{failing_checks(report)}\n{output[-4000:]}"

@@ -6,13 +6,12 @@ from pathlib import Path
 
 import pytest
 from kit_support import RunPytest, run_suite
-from run_ahead import Batch, Job
+from run_ahead import Ended, Job
 
 
 @pytest.mark.suite_run(Job("require-durable", "reference", ("--stm-require-level=Durable",)))
-def test_a_reached_level_keeps_the_run_green(suite_runs: Batch) -> None:
-    ended = suite_runs.result("require-durable")
-    report, output = ended.report, ended.output
+def test_a_reached_level_keeps_the_run_green(suite_result: Ended) -> None:
+    report, output = suite_result.report, suite_result.output
     assert report["run"]["exit_status"] == 0, output[-3000:]
     assert "required level Durable reached" in output
 
@@ -20,9 +19,8 @@ def test_a_reached_level_keeps_the_run_green(suite_runs: Batch) -> None:
 @pytest.mark.suite_run(
     Job("require-distributed", "reference", ("--stm-require-level=Distributed",))
 )
-def test_a_level_not_reached_fails_a_run_whose_checks_all_pass(suite_runs: Batch) -> None:
-    ended = suite_runs.result("require-distributed")
-    report, output = ended.report, ended.output
+def test_a_level_not_reached_fails_a_run_whose_checks_all_pass(suite_result: Ended) -> None:
+    report, output = suite_result.report, suite_result.output
     assert report["summary"]["checks"]["failed"] == 0
     assert report["run"]["exit_status"] == 1, output[-3000:]
     assert "exit 1" in output
