@@ -7,7 +7,7 @@ swaps it in only on success, so a malformed input never half-loads (SER-003).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
@@ -34,6 +34,8 @@ __all__ = [
     "dump_reusing",
     "dump_turn",
     "load",
+    "load_steps",
+    "run_steps",
     "turn_lists",
 ]
 
@@ -42,6 +44,12 @@ SPEC_VERSION = "1.2.0"
 #: How deep a state nests above a turn's artifacts (state, its turn list, the turn, the
 #: artifacts mapping), with room for the configuration snapshot.
 _STATE_NESTING = 8
+#: Turns validated, or rebuilt, in one step of :func:`load_steps`: a few milliseconds.
+STEP_TURNS = 128
+_TURN_LISTS = ("turns", "pending", "backlog")
+
+#: A load done in steps: ``next()`` does one step; the value is what it returns.
+Steps = Generator[None, None, "MemoryState"]
 
 HealthName = Literal["healthy", "retry", "degraded", "recovering"]
 StrategyName = Literal["truncation", "rolling_summary", "none"]
@@ -292,26 +300,58 @@ def _entry(turn: TurnV2, include_digest: bool, size_of: Callable[[str], int]) ->
     )
 
 
-def _parse(data: Any) -> MemoryStateV2:
+def _parse(data: Any) -> Generator[None, None, MemoryStateV2]:
+    """Validate ``data``, a step per :data:`STEP_TURNS` turns of version 2."""
     if not isinstance(data, Mapping):
         raise ValueError(f"memory state must be a mapping, got {type(data).__name__}")
     version = data.get("version")
     if type(version) is not int:  # not a bool either: True == 1 would read as version 1
         raise ValueError(f"memory state version must be an int, got {version!r}")
+    if version == 1:  # PenguiFlow's format, read in one step
+        _check_plain(dict(data), "state", 0)
+        try:
+            return _upgrade_v1(data)
+        except ValidationError as exc:
+            raise ValueError(f"invalid memory state (version 1): {exc}") from None
+    if version != STATE_VERSION:
+        raise ValueError(f"unsupported memory state version: {version!r}")
+    data = dict(data)
+    lists: dict[str, list[Any]] = {}
+    for name in _TURN_LISTS:
+        value = data.pop(name, None)
+        if not isinstance(value, list):
+            raise ValueError(
+                f"invalid memory state (version 2): {name!r} must be a list of turns,"
+                f" got {type(value).__name__}"
+            )
+        lists[name] = value
+    _check_plain(data, "state", 0)
     try:
-        # Every string valid Unicode, every number finite, nesting bounded: what add_turn
-        # accepts, and nothing a store could not write back.
-        check_json(dict(data), "state", max_depth=MAX_DEPTH + _STATE_NESTING)
+        head = MemoryStateV2.model_validate({**data, "turns": [], "pending": [], "backlog": []})
+    except ValidationError as exc:
+        raise ValueError(f"invalid memory state (version 2): {exc}") from None
+    parsed: dict[str, list[TurnV2]] = {}
+    for name, raw in lists.items():
+        turns = parsed[name] = []
+        for start in range(0, len(raw), STEP_TURNS):
+            for index in range(start, min(start + STEP_TURNS, len(raw))):
+                where = f"state.{name}[{index}]"
+                _check_plain(raw[index], where, 2)
+                try:
+                    turns.append(TurnV2.model_validate(raw[index]))
+                except ValidationError as exc:
+                    raise ValueError(f"invalid memory state (version 2): {where}: {exc}") from None
+            yield
+    return head.model_copy(update=parsed)
+
+
+def _check_plain(value: Any, where: str, depth: int) -> None:
+    """Every string valid Unicode, every number finite, nesting bounded: what add_turn
+    accepts, and nothing a store could not write back. ``depth``: where ``value`` is."""
+    try:
+        check_json(value, where, max_depth=MAX_DEPTH + _STATE_NESTING - depth)
     except TypeError as exc:
         raise ValueError(str(exc)) from None
-    try:
-        if version == 1:
-            return _upgrade_v1(data)
-        if version == STATE_VERSION:
-            return MemoryStateV2.model_validate(dict(data))
-    except ValidationError as exc:
-        raise ValueError(f"invalid memory state (version {version}): {exc}") from None
-    raise ValueError(f"unsupported memory state version: {version!r}")
 
 
 def _check_order(model: MemoryStateV2) -> None:
@@ -331,7 +371,25 @@ def load(
     data: Any, config: ShortTermMemoryConfig, budget: Budget, key: MemoryKey | None
 ) -> MemoryState:
     """Build a fresh state from ``data`` for a memory of ``config`` or raise ``ValueError``."""
-    model = _parse(data)
+    return run_steps(load_steps(data, config, budget, key))
+
+
+def run_steps(steps: Steps) -> MemoryState:
+    """Do every step of a load at once; its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+def load_steps(
+    data: Any, config: ShortTermMemoryConfig, budget: Budget, key: MemoryKey | None
+) -> Steps:
+    """:func:`load` in steps of at most :data:`STEP_TURNS` turns, so that an asynchronous
+    caller can let other tasks run between them (``afrom_dict``). Nothing is changed
+    until the last step returns the new state."""
+    model = yield from _parse(data)
     if model.strategy != config.strategy:
         raise ValueError(
             f"state was written by a {model.strategy!r} memory; this one is {config.strategy!r}"
@@ -359,10 +417,12 @@ def load(
         revision=model.revision,
     )
     include, size_of = config.include_trajectory_digest, budget.meter.size_of
-    for t in model.turns:
-        state.push_recent(_entry(t, include, size_of))
-    state.pending = [_entry(t, include, size_of) for t in model.pending]
-    state.backlog.extend(_entry(t, include, size_of) for t in model.backlog)
+    puts = (state.push_recent, state.pending.append, state.backlog.append)
+    for put, turns in zip(puts, (model.turns, model.pending, model.backlog), strict=True):
+        for index, t in enumerate(turns, 1):
+            put(_entry(t, include, size_of))
+            if index % STEP_TURNS == 0:
+                yield
     # Normalise what an older writer or another configuration may have left.
     if health.degraded:
         watermark.degrade(state, config)

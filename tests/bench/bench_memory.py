@@ -18,9 +18,11 @@ Then, for the reference only:
 
 * **latency of ``add_turn``** (p50, p99, max over 400 turns, ``full_zone_turns=2``) while
   the summarizer takes 0 ms, 200 ms, 2 s or never answers (PenguiFlow side by side);
-* **loop lag** with 10,000 pending turns: the longest time the event loop was held
-  during ``from_dict`` of such a state, and during ``flush()`` installing their summary,
-  measured by a probe task that sleeps 1 ms and records how late it wakes.
+* **loop lag** with 10,000 pending turns: the time ``from_dict`` of such a state holds
+  the event loop (all of it: it is synchronous); the longest hold during ``afrom_dict``
+  of it and during ``flush()`` installing their summary, measured by a probe task that
+  sleeps 1 ms and records how late it wakes; and the longest single step of that load
+  with the garbage collector off (the memory's own code, without the collector's pauses).
 
 Writes ``docs/benchmarks/memory.json`` (``--out``) and, with matplotlib, a plot next to it.
 
@@ -51,6 +53,8 @@ try:
 except ImportError:  # run from a checkout without installing it
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     import reference_impl
+from reference_impl.budget import Budget
+from reference_impl.schema import load_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 FULL_ZONE_TURNS = 5
@@ -279,15 +283,19 @@ class LagProbe:
 async def loop_lag(
     estimator: Callable[[str], int] | None, pending: int = 10_000
 ) -> dict[str, float]:
-    """Longest loop hold (ms) in ``from_dict`` of ``pending`` pending turns and in the
-    ``flush()`` that installs their summary."""
+    """Loop holds (ms) around a state of ``pending`` pending turns: ``from_dict`` (all of it
+    synchronous), ``afrom_dict`` (the probe's worst lateness, and its longest step timed
+    with the garbage collector off), and the ``flush()`` that installs their summary."""
     impl = Impl("reference", reference_impl.__version__, reference_impl)
     never = asyncio.Event()
     source = await filled(impl, 10_000, estimator, pending + FULL_ZONE_TURNS, never)
     state = source.to_dict()
     await close(source)
 
+    gate = asyncio.Event()  # no summary until the flush is timed
+
     async def answer(payload: Mapping[str, Any]) -> Mapping[str, Any]:
+        await gate.wait()
         return {"summary": f"{len(payload['turns'])} turns"}
 
     memory = make_memory(impl, 10_000, estimator, answer)
@@ -295,9 +303,35 @@ async def loop_lag(
     memory.from_dict(state)  # synchronous: its duration is the time the loop is held
     from_dict_ms = (time.perf_counter() - start) * 1000
     async with LagProbe() as probe:
+        await memory.afrom_dict(state)
+    afrom_dict_probe_ms = probe.worst * 1000
+    # The same load's steps one by one, without the collector's pauses: what the memory's
+    # own code holds between two awaits.
+    config = memory.config
+    steps = load_steps(state, config, Budget.for_config(config), memory.key)
+    longest = 0.0
+    gc.disable()
+    try:
+        while True:
+            start = time.perf_counter()
+            try:
+                next(steps)
+            except StopIteration:
+                break
+            finally:
+                longest = max(longest, time.perf_counter() - start)
+    finally:
+        gc.enable()
+    async with LagProbe() as probe:
+        gate.set()
         await memory.flush()
     await close(memory)
-    return {"from_dict_ms": from_dict_ms, "flush_max_lag_ms": probe.worst * 1000}
+    return {
+        "from_dict_ms": from_dict_ms,
+        "afrom_dict_max_lag_ms": afrom_dict_probe_ms,
+        "afrom_dict_longest_step_ms": longest * 1000,
+        "flush_max_lag_ms": probe.worst * 1000,
+    }
 
 
 def machine() -> dict[str, Any]:

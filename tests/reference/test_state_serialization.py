@@ -379,14 +379,36 @@ def mutated_states(draw: st.DrawFn) -> tuple[str, Any]:
     return kind, state
 
 
-def assert_loads_or_raises_value_error_untouched(memory: DefaultShortTermMemory, data: Any) -> None:
+def afrom_dict_outcome(memory: DefaultShortTermMemory, data: Any) -> str | None:
+    """``await memory.afrom_dict(data)`` from synchronous code (it only ever yields to let
+    others run): the error's text, or ``None``. No loop runs, so no worker starts."""
+    coroutine = memory.afrom_dict(data)
+    try:
+        while True:
+            coroutine.send(None)
+    except StopIteration:
+        return None
+    except ValueError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def assert_loads_or_raises_value_error_untouched(
+    memory: DefaultShortTermMemory, data: Any, twin: DefaultShortTermMemory
+) -> None:
+    """``from_dict(data)`` into ``memory``; ``afrom_dict(data)`` into ``twin``, a memory
+    holding the same state, must end the same way."""
     before = observe_sync(memory)
+    twin_outcome = afrom_dict_outcome(twin, data)
     try:
         memory.from_dict(data)
-    except ValueError:
+    except ValueError as exc:
         event("refused")
         assert observe_sync(memory) == before  # SER-003: nothing half-loaded
+        assert twin_outcome == f"{type(exc).__name__}: {exc}"
+        assert observe_sync(twin) == before
         return
+    assert twin_outcome is None
+    assert observe_sync(twin) == observe_sync(memory)
     event("accepted")
     # Accepted: the loaded memory must be a consistent one.
     view = view_now(memory)
@@ -403,7 +425,8 @@ def assert_loads_or_raises_value_error_untouched(memory: DefaultShortTermMemory,
 @given(data=st.one_of(_json, _state_like))
 def test_random_json_loads_or_raises_only_value_error(data: Any) -> None:
     memory = loaded_memory("summary-and-pending", sentinel=True)
-    assert_loads_or_raises_value_error_untouched(memory, data)
+    twin = loaded_memory("summary-and-pending", sentinel=True)
+    assert_loads_or_raises_value_error_untouched(memory, data, twin)
 
 
 @pytest.mark.requirement("SER-003")
@@ -413,7 +436,8 @@ def test_state_with_one_field_mutated_loads_or_raises_only_value_error(
     case: tuple[str, Any],
 ) -> None:
     kind, data = case
-    assert_loads_or_raises_value_error_untouched(loaded_memory(kind, sentinel=True), data)
+    memory, twin = loaded_memory(kind, sentinel=True), loaded_memory(kind, sentinel=True)
+    assert_loads_or_raises_value_error_untouched(memory, data, twin)
 
 
 class _HostileMapping(Mapping[str, Any]):
@@ -458,6 +482,9 @@ def test_malformed_inputs_raise_value_error(data: Any) -> None:
     before = observe_sync(memory)
     with pytest.raises(ValueError):
         memory.from_dict(data)
+    assert observe_sync(memory) == before
+    with pytest.raises(ValueError):
+        asyncio.run(memory.afrom_dict(data))
     assert observe_sync(memory) == before
 
 
@@ -512,6 +539,108 @@ def test_inconsistent_states_raise_value_error(case: str) -> None:
     with pytest.raises(ValueError):
         memory.from_dict(state)
     assert observe_sync(memory) == before
+    with pytest.raises(ValueError):
+        asyncio.run(memory.afrom_dict(state))
+    assert observe_sync(memory) == before
+
+
+async def many_pending_turns(count: int) -> tuple[ShortTermMemoryConfig, dict[str, Any]]:
+    """A state with ``count`` pending turns (its summarizer never answers)."""
+    config = config_for()
+    memory = DefaultShortTermMemory(config=config, summarizer=blocked_summarizer, key=KEY_A)
+    for i in range(count + 2):
+        await memory.add_turn(ConversationTurn(user_message=f"ü{i}", assistant_response=f"a{i}"))
+    state = memory.to_dict()
+    await memory.aclose()
+    assert len(state["pending"]) == count
+    return config, state
+
+
+class Ticker:
+    """A task counting how often the event loop let it run."""
+
+    def __init__(self) -> None:
+        self.ticks = 0
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            self.ticks += 1
+            await asyncio.sleep(0)
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+@pytest.mark.anyio
+@pytest.mark.requirement("SER-002")
+async def test_afrom_dict_lets_other_tasks_run_and_loads_what_from_dict_loads() -> None:
+    config, state = await many_pending_turns(1000)
+    memory = DefaultShortTermMemory(config=config, summarizer=joining, key=KEY_A)
+    ticker = Ticker()
+    await asyncio.sleep(0)
+    before = ticker.ticks
+    await memory.afrom_dict(state)
+    # Validating 1,000 turns, then building them, in steps of STEP_TURNS.
+    assert ticker.ticks - before >= 2 * (1000 // schema.STEP_TURNS)
+    await ticker.stop()
+    other = DefaultShortTermMemory(config=config, summarizer=joining, key=KEY_A)
+    other.from_dict(state)
+    assert memory.to_dict() == other.to_dict() == state
+    assert await memory.get_llm_context() == await other.get_llm_context()
+    assert memory.estimate_tokens() == other.estimate_tokens()
+    await memory.aclose()
+    await other.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.requirement("SER-003")
+async def test_afrom_dict_refusing_a_late_turn_changes_nothing_meanwhile() -> None:
+    """A bad turn found after other tasks ran: the memory is as it was, including what
+    those tasks did to it meanwhile."""
+    config, state = await many_pending_turns(1000)
+    bad = copy.deepcopy(state)
+    bad["pending"][-1]["user_message"] = "\ud800"
+    memory = DefaultShortTermMemory(config=config, summarizer=blocked_summarizer, key=KEY_A)
+    ticker = Ticker()
+
+    async def add_meanwhile() -> None:
+        await asyncio.sleep(0)
+        await memory.add_turn(ConversationTurn(user_message="meanwhile", assistant_response="kept"))
+
+    adding = asyncio.create_task(add_meanwhile())
+    with pytest.raises(
+        ValueError, match=r"state\.pending\[999\]\['user_message'\]: lone surrogate"
+    ):
+        await memory.afrom_dict(bad)
+    await adding
+    assert ticker.ticks > 1000 // schema.STEP_TURNS  # refused late, after yielding
+    await ticker.stop()
+    view = await memory.get_llm_context()
+    assert [t["user"] for t in view["conversation_memory"]["recent_turns"]] == ["meanwhile"]
+    await memory.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.requirement("SER-005")
+async def test_hydrate_loads_in_steps() -> None:
+    config, state = await many_pending_turns(600)
+
+    class Store:
+        async def load_memory_state(self, key: str) -> Mapping[str, Any]:
+            return state | {"storage_key": key}
+
+    store = Store()
+    memory = DefaultShortTermMemory(config=config, summarizer=joining, key=KEY_A)
+    ticker = Ticker()
+    await asyncio.sleep(0)
+    before = ticker.ticks
+    await memory.hydrate(store, "k")
+    assert ticker.ticks - before >= 600 // schema.STEP_TURNS
+    await ticker.stop()
+    assert memory.to_dict()["pending"] == state["pending"]
+    await memory.aclose()
 
 
 @pytest.mark.anyio
