@@ -9,9 +9,7 @@ fresh one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from reference_impl.entries import MemoryState
 from reference_impl.memory import DefaultShortTermMemory
 
 from . import mutant_provider
@@ -21,9 +19,9 @@ COLLATERAL: dict[str, str] = {}
 
 
 class RevisionlessLoadMemory(DefaultShortTermMemory):
-    def from_dict(self, state: Mapping[str, Any]) -> None:
-        super().from_dict(state)
-        self._state.revision = 0  # MUTATION: the loaded revision is not kept
+    def _install(self, loaded: MemoryState) -> None:  # every load: from_dict, hydrate
+        loaded.revision = 0  # MUTATION: the loaded revision is not kept
+        super()._install(loaded)
 
 
 provider = mutant_provider("ser006-revision-reset-on-load", RevisionlessLoadMemory)
