@@ -426,11 +426,20 @@ def run_bounded(
     """
     left = remaining()
     if left is None:
-        return runner.run(coro)
+        return _run_on(runner, coro)
     left = left if seconds is None else seconds
     note = " (--stm-timeout)" if seconds is None else ""
     guarded = run_guarded(coro, seconds=left, what=what, probe=kit_probe, limit=note)
-    return runner.run(guarded)
+    return _run_on(runner, guarded)
+
+
+def _run_on(runner: asyncio.Runner, coro: Coroutine[Any, Any, T]) -> T:
+    """``runner.run(coro)``, without the SIGINT handler that ``Runner.run`` installs and
+    removes on every call. Removing it costs more than the rest of a differential step:
+    ``signal.getsignal`` tries to read the handler, a ``partial`` holding the task, as a
+    ``Handlers`` member, and the failed lookup formats the task's repr. Ctrl-C still
+    stops the run (``KeyboardInterrupt`` leaves the loop)."""
+    return runner.get_loop().run_until_complete(coro)
 
 
 def close_runner(runner: asyncio.Runner) -> None:
