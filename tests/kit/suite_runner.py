@@ -123,7 +123,11 @@ class SuiteRun:
         while not self.done():
             if time.monotonic() > deadline:
                 self.kill()
-                raise TimeoutError(f"{self.command} did not end within {timeout:.0f}s")
+                tail = self.output()[0][-6000:]
+                raise TimeoutError(
+                    f"{self.command} did not end within {timeout:.0f}s;"
+                    f" the end of its output:\n{tail}"
+                )
             time.sleep(0.05)
         code = int((self.files / "exit.txt").read_text(encoding="utf-8"))
         return code, f"$ {self.command}\nexit {code}\n{self.output()[0]}"

@@ -43,12 +43,16 @@ MUTANTS = mutant_modules()
 # for six add_turn calls) must hold on a starved process. One line per failure in the
 # terminal: pytest's long tracebacks parse the source of every frame of every failure
 # again, half the CPU of a run with many failures, and the JSON report judged here is the
-# same with any traceback style.
+# same with any traceback style. A run stuck in one test for 90 s (the kit bounds every
+# check well below that) prints every thread's stack into its output, which a judge that
+# times out shows.
 ARGS = (
     "--stm-patience=0.5",
     "--stm-hypothesis-profile=dev",
     "--stm-seed=20261123",
     "--tb=line",
+    "-o",
+    "faulthandler_timeout=90",
 )
 
 
