@@ -13,13 +13,24 @@ from typing import Any
 
 from .types import ConversationTurn, TrajectoryDigest
 
-__all__ = ["MAX_DEPTH", "MAX_REVISION", "check_json", "check_text", "check_turn", "text_problem"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_REVISION",
+    "MAX_TURN_ID",
+    "check_json",
+    "check_text",
+    "check_turn",
+    "check_turn_id",
+    "text_problem",
+]
 
 #: Deepest nesting of artifacts accepted. JSON readers bound it (pydantic's ~255, the
 #: recursion limit of ``json``); an agent's artifacts never come near.
 MAX_DEPTH = 64
 #: Largest revision: stores keep it in a signed 64-bit integer (SQLite's INTEGER).
 MAX_REVISION = 2**63 - 1
+#: Longest turn id: an id names a turn, it does not carry data.
+MAX_TURN_ID = 256
 
 
 def text_problem(value: str) -> str | None:
@@ -110,6 +121,7 @@ def check_turn(turn: Any) -> None:
         and not turn.artifacts_shown
         and type(turn.artifacts_hidden_refs) is list
         and not turn.artifacts_hidden_refs
+        and turn.turn_id is None
     ):
         return
     try:
@@ -149,8 +161,23 @@ def _check_turn(turn: Any) -> None:
     if not isinstance(turn.artifacts_shown, dict):
         raise TypeError("ConversationTurn.artifacts_shown must be a dict")
     _check_texts(turn.artifacts_hidden_refs, "ConversationTurn.artifacts_hidden_refs")
+    check_turn_id(turn.turn_id)
     if turn.artifacts_shown:
         check_json(turn.artifacts_shown, "ConversationTurn.artifacts_shown")
+
+
+def check_turn_id(turn_id: Any) -> None:
+    """Raise ``TypeError`` unless ``turn_id`` is ``None`` or a usable id: a non-empty
+    string of valid Unicode, at most :data:`MAX_TURN_ID` characters."""
+    if turn_id is None:
+        return
+    if not isinstance(turn_id, str) or not turn_id or len(turn_id) > MAX_TURN_ID:
+        raise TypeError(
+            f"ConversationTurn.turn_id must be None or a str of 1 to {MAX_TURN_ID} characters"
+        )
+    problem = text_problem(turn_id)
+    if problem is not None:
+        raise TypeError(f"ConversationTurn.turn_id: {problem}")
 
 
 def _check_texts(value: Any, where: str) -> None:

@@ -16,7 +16,7 @@ from . import watermark
 from .budget import Budget
 from .entries import Entry, MemoryState
 from .health import HealthMachine
-from .inputs import MAX_DEPTH, MAX_REVISION, check_json
+from .inputs import MAX_DEPTH, MAX_REVISION, MAX_TURN_ID, check_json
 from .types import (
     ConversationTurn,
     MemoryHealth,
@@ -78,6 +78,7 @@ class TurnV2(_Strict):
     artifacts_shown: dict[str, JsonValue] = Field(default_factory=dict)
     artifacts_hidden_refs: list[str] = Field(default_factory=list)
     ts: float = Field(default=0.0, strict=False, allow_inf_nan=False)
+    turn_id: str | None = Field(default=None, min_length=1, max_length=MAX_TURN_ID)
 
     @field_validator("artifacts_shown")
     @classmethod
@@ -178,7 +179,7 @@ def _upgrade_v1(data: Mapping[str, Any]) -> MemoryStateV2:
 def dump_turn(entry: Entry) -> dict[str, Any]:
     turn = entry.turn
     digest = turn.trajectory_digest
-    return {
+    dumped = {
         "seq": entry.seq,
         "user_message": turn.user_message,
         "assistant_response": turn.assistant_response,
@@ -194,6 +195,9 @@ def dump_turn(entry: Entry) -> dict[str, Any]:
         "artifacts_hidden_refs": list(turn.artifacts_hidden_refs),
         "ts": turn.ts,
     }
+    if turn.turn_id is not None:  # left out otherwise: states without ids stay as they were
+        dumped["turn_id"] = turn.turn_id
+    return dumped
 
 
 def config_snapshot(config: ShortTermMemoryConfig) -> dict[str, Any]:
@@ -294,6 +298,7 @@ def _entry(turn: TurnV2, include_digest: bool, size_of: Callable[[str], int]) ->
             artifacts_shown=dict(turn.artifacts_shown),
             artifacts_hidden_refs=list(turn.artifacts_hidden_refs),
             ts=turn.ts,
+            turn_id=turn.turn_id,
         ),
         include_digest=include_digest,
         size_of=size_of,

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
+from .inputs import check_turn_id
 from .keys import resolve_memory_key
 from .memory import DefaultShortTermMemory
 from .store import StaleStateError, StateStore
@@ -128,6 +129,9 @@ class RouterStats:
     #: Unsaved turns found in the store after a conflict (a save that landed but raised),
     #: so not applied twice.
     already_saved_turns: int = 0
+    #: ``finish`` calls with the ``turn_id`` of a turn the memory already holds: the turn
+    #: was not recorded again (a retried ``finish``).
+    repeated_turns: int = 0
     #: Unsaved turns given up when their memory was evicted or closed without a good save.
     lost_turns: int = 0
 
@@ -316,12 +320,18 @@ class MemoryTurn:
         tools: Sequence[str] | None = None,
         observations: Sequence[Any] = (),
         reasoning: str | None = None,
+        turn_id: str | None = None,
     ) -> ConversationTurn | None:
         """Record the finished turn and persist it; ``None`` when memory is disabled.
 
         Pass either a ready ``trajectory`` or ``tools``/``observations``/``reasoning`` for
         :func:`build_trajectory_digest`. The digest is dropped when the configuration has
         ``include_trajectory_digest=False``.
+
+        The turn is stored with ``turn_id``, or a fresh random id. A ``finish`` with the id
+        of a turn the key's memory already holds records nothing new (it saves what is
+        unsaved): give the same id when retrying a turn whose ``finish`` raised, and it is
+        recorded once.
 
         Raises:
             RuntimeError: outside the block, or after ``finish``/``pause``.
@@ -336,6 +346,7 @@ class MemoryTurn:
             raise ValueError("pass either trajectory or tools/observations/reasoning")
         if tools is None and (observations or reasoning is not None):
             raise ValueError("observations and reasoning need tools")
+        check_turn_id(turn_id)
         digest = trajectory
         if tools is not None:
             digest = build_trajectory_digest(tools, observations, reasoning)
@@ -349,8 +360,9 @@ class MemoryTurn:
             assistant_response=assistant_response,
             trajectory_digest=digest,
             ts=time.time(),
+            turn_id=uuid.uuid4().hex if turn_id is None else turn_id,
         )
-        await self._router._record(self._slot, turn)
+        await self._router._record(self._slot, turn, repeatable=turn_id is not None)
         return turn
 
     def pause(self) -> None:
@@ -690,8 +702,17 @@ class MemoryRouter:
 
     # -- turns and persistence -----------------------------------------------------------
 
-    async def _record(self, slot: _Slot, turn: ConversationTurn) -> None:
-        """Add a finished turn and persist it. The caller holds ``slot.lock``."""
+    async def _record(self, slot: _Slot, turn: ConversationTurn, *, repeatable: bool) -> None:
+        """Add a finished turn and persist it. The caller holds ``slot.lock``.
+
+        ``repeatable``: the caller chose the turn's id, so it may be a retry of a turn
+        already added; such a turn is not added again, only saved if it is not yet.
+        """
+        if repeatable and _is_held(turn, _stored_turn_ids(slot.memory)):
+            self.stats.repeated_turns += 1
+            if slot.changed():
+                await self._save(slot)
+            return
         await slot.memory.add_turn(turn)
         slot.unsaved.append(turn)
         slot.generation += 1
@@ -777,7 +798,7 @@ class MemoryRouter:
             # answer) left its turns in the store: they are not re-applied.
             stored = _stored_turn_ids(fresh)
             for turn in slot.unsaved:
-                if _turn_id(turn) in stored:
+                if _is_held(turn, stored):
                     self.stats.already_saved_turns += 1
                     continue
                 try:
@@ -831,13 +852,16 @@ class MemoryRouter:
             # A conflict swapped in a re-hydrated memory: flush that one too.
 
 
-TurnId = tuple[str, str, float]
+#: What identifies a stored turn: its ``turn_id``, or for a turn stored without one (by a
+#: memory that does not keep ids) its messages and the time ``finish`` stamped on it.
+TurnId = str | tuple[str, str, float]
 
 
-def _turn_id(turn: ConversationTurn) -> TurnId:
-    """What identifies a recorded turn: its messages and the time ``finish`` stamped on
-    it (``time.time()``, so two turns of one session never share it)."""
-    return (turn.user_message, turn.assistant_response, float(turn.ts))
+def _is_held(turn: ConversationTurn, stored: set[TurnId]) -> bool:
+    """Whether ``turn`` is among the ``stored`` turns (:func:`_stored_turn_ids`)."""
+    if turn.turn_id is not None and turn.turn_id in stored:
+        return True
+    return (turn.user_message, turn.assistant_response, float(turn.ts)) in stored
 
 
 def _stored_turn_ids(memory: RoutedMemory) -> set[TurnId]:
@@ -848,7 +872,7 @@ def _stored_turn_ids(memory: RoutedMemory) -> set[TurnId]:
         return set()
     state = to_dict()
     return {
-        (t["user_message"], t["assistant_response"], float(t["ts"]))
+        t.get("turn_id") or (t["user_message"], t["assistant_response"], float(t["ts"]))
         for part in ("turns", "pending", "backlog")
         for t in state.get(part, ())
     }

@@ -73,7 +73,12 @@ class TrajectoryDigest:
 
 @dataclass(slots=True)
 class ConversationTurn:
-    """One user message and the assistant's answer to it."""
+    """One user message and the assistant's answer to it.
+
+    ``turn_id`` optionally names the turn, so that a turn saved once is recognised when it
+    is offered again (a retried ``finish``, a save that wrote and then raised). It is kept
+    with the turn and never rendered into a view; the spec's checks do not use it.
+    """
 
     user_message: str
     assistant_response: str
@@ -83,6 +88,7 @@ class ConversationTurn:
     artifacts_hidden_refs: list[str] = field(default_factory=list)
 
     ts: float = 0.0
+    turn_id: str | None = None
 
 
 @dataclass(slots=True)

@@ -231,8 +231,9 @@ class RedisShortTermMemory:
     async def add_turn(self, turn: ConversationTurn, *, turn_id: str | None = None) -> None:
         """Record a finished turn in one round trip; never waits for the summarizer.
 
-        ``turn_id`` identifies the turn (default: a fresh UUID): a turn whose id is
-        recorded already is not added again, so a caller that lost the reply may retry.
+        ``turn_id`` identifies the turn (default: the turn's own ``turn_id``, else a fresh
+        UUID): a turn whose id is recorded already is not added again, so a caller that
+        lost the reply may retry.
 
         Raises:
             MemoryBudgetExceeded: ``overflow_policy="error"`` and the turn does not fit.
@@ -248,7 +249,9 @@ class RedisShortTermMemory:
             raise TypeError("turn_id must be a non-empty str")
         if self._config.strategy == "none":
             return
-        tid = turn_id if turn_id is not None else os.urandom(16).hex()  # as random as uuid4
+        tid = turn_id if turn_id is not None else turn.turn_id
+        if tid is None:
+            tid = os.urandom(16).hex()  # as random as uuid4
         config, budget = self._config, self._budget
 
         def admit(state: MemoryState) -> None:

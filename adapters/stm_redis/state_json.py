@@ -82,6 +82,7 @@ def turn_json(entry: Entry) -> str:
         turn.trajectory_digest is None
         and not turn.artifacts_shown
         and not turn.artifacts_hidden_refs
+        and turn.turn_id is None
         and (type(ts) is int or (type(ts) is float and math.isfinite(ts)))
     ):
         # The common turn, two strings: written directly (``repr`` of a finite float or of

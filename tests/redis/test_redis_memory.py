@@ -23,7 +23,7 @@ from stm_redis import (
 from stm_redis import memory as stm_memory
 from stm_redis.keys import check_namespace
 
-from reference_impl import MemoryKey
+from reference_impl import ConversationTurn, MemoryKey
 from stm_conformance import ScriptedSummarizer
 from stm_conformance.checks import config, turn, users
 
@@ -91,6 +91,18 @@ async def test_a_retried_turn_is_recorded_once(fake_memories: MemoryFactory) -> 
     view = await b.get_llm_context()
     assert users(view["conversation_memory"]["recent_turns"]) == ["u1", "u2"]
     assert await a.turn_recorded("turn-1") and not await a.turn_recorded("turn-3")
+
+
+async def test_a_turn_carrying_its_id_is_recorded_once(fake_memories: MemoryFactory) -> None:
+    a, b = fake_memories(config("truncation")), fake_memories(config("truncation"))
+    first = ConversationTurn("u1", "a1", turn_id="carried-1")
+    await a.add_turn(first)
+    await b.add_turn(first)  # another worker retrying the same turn, id and all
+    await a.add_turn(ConversationTurn("u1", "a1"))  # no id: a new turn, same messages
+    view = await b.get_llm_context()
+    assert users(view["conversation_memory"]["recent_turns"]) == ["u1", "u1"]
+    assert await a.turn_recorded("carried-1")
+    assert [t.get("turn_id") for t in a.to_dict()["turns"]] == ["carried-1", None]
 
 
 async def test_a_lost_reply_is_reported_and_safe_to_retry(fake_memories: MemoryFactory) -> None:

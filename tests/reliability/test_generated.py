@@ -86,6 +86,7 @@ TURNS = st.builds(
     artifacts_hidden_refs=st.lists(TEXT, max_size=2),
     ts=st.floats(allow_nan=True, allow_infinity=True)
     | st.integers(min_value=-(10**400), max_value=10**400),
+    turn_id=st.none() | st.uuids().map(str) | TEXT,
 )
 
 

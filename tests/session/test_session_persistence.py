@@ -386,3 +386,104 @@ async def test_a_save_that_landed_but_raised_records_no_turn_twice(strategy: str
     assert await _stored_users(store) == ["first", "second", "third"]
     assert router.stats.conflicts == 1 and router.stats.already_saved_turns == 1
     await router.aclose()
+
+
+# -- turn ids ------------------------------------------------------------------------------
+
+
+async def _stored_turns(store: Any, key: MemoryKey = KEY) -> list[Mapping[str, Any]]:
+    state = await store.load_memory_state(key.composite())
+    assert state is not None
+    return [*state["pending"], *state["turns"]]
+
+
+class _FailsOnce(InMemoryStateStore):
+    """A store whose next conditional save fails before writing anything."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = 0
+
+    async def save_memory_state_if(
+        self, key: str, state: Mapping[str, Any], *, expected_revision: int | None
+    ) -> None:
+        if self.fail:
+            self.fail -= 1
+            raise StateStoreError("the database is busy", key=key)
+        await InMemoryStateStore.save_memory_state_if(
+            self, key, state, expected_revision=expected_revision
+        )
+
+
+async def test_every_finished_turn_is_stored_with_an_id_of_its_own() -> None:
+    store = InMemoryStateStore()
+    router = MemoryRouter(_truncation(), store=store)
+    for message in ("same", "same", "other"):
+        await _finish(router, message)
+    ids = [t["turn_id"] for t in await _stored_turns(store)]
+    assert len(set(ids)) == 3 and all(isinstance(i, str) and i for i in ids)
+    await router.aclose()
+
+
+@pytest.mark.parametrize(
+    "landed", [False, True], ids=["failed-before-writing", "wrote-then-raised"]
+)
+async def test_a_retried_finish_with_the_same_turn_id_records_the_turn_once(landed: bool) -> None:
+    """The caller retries a turn whose finish raised, with the id it gave it: whether the
+    failed save wrote or not, the store ends with the turn once, and the turn after it."""
+    store: Any = _WritesThenRaises() if landed else _FailsOnce()
+    router = MemoryRouter(_truncation(), store=store)
+    await _finish(router, "first")
+    if landed:
+        store.fail_after_write = 1
+    else:
+        store.fail = 1
+    for attempt in range(2):
+        async with router.turn(memory_key=KEY) as turn:
+            if attempt == 0:
+                with pytest.raises(StateStoreError):
+                    await turn.finish("retried", "ok", turn_id="turn-42")
+            else:
+                recorded = await turn.finish("retried", "ok", turn_id="turn-42")
+    assert recorded is not None and recorded.turn_id == "turn-42"
+    await _finish(router, "next")
+    stored = await _stored_turns(store)
+    assert [t["user_message"] for t in stored] == ["first", "retried", "next"]
+    assert [t["turn_id"] for t in stored].count("turn-42") == 1
+    assert router.stats.repeated_turns == 1
+    assert router.stats.turns_recorded == 3
+    # A new router on the same store: the id is found in the hydrated memory.
+    again = MemoryRouter(_truncation(), store=store)
+    async with again.turn(memory_key=KEY) as turn:
+        await turn.finish("retried", "ok", turn_id="turn-42")
+    assert [t["user_message"] for t in await _stored_turns(store)] == ["first", "retried", "next"]
+    assert again.stats.repeated_turns == 1 and again.stats.turns_recorded == 0
+    await router.aclose()
+    await again.aclose()
+
+
+async def test_a_new_turn_id_records_a_new_turn_with_the_same_messages() -> None:
+    store = InMemoryStateStore()
+    router = MemoryRouter(_truncation(), store=store)
+    for turn_id in ("a", "b", "a"):
+        async with router.turn(memory_key=KEY) as turn:
+            await turn.finish("same", "same", turn_id=turn_id)
+    assert [t["turn_id"] for t in await _stored_turns(store)] == ["a", "b"]
+    assert router.stats.repeated_turns == 1
+    await router.aclose()
+
+
+@pytest.mark.parametrize(
+    "bad", [1, "", "x" * 257, "\ud800"], ids=["int", "empty", "long", "surrogate"]
+)
+async def test_a_bad_turn_id_is_refused_before_anything_is_recorded(bad: Any) -> None:
+    store = InMemoryStateStore()
+    router = MemoryRouter(_truncation(), store=store)
+    await _finish(router, "first")
+    async with router.turn(memory_key=KEY) as turn:
+        with pytest.raises(TypeError, match="turn_id"):
+            await turn.finish("second", "ok", turn_id=bad)
+        assert turn.status == "open"  # still open: it can be finished properly
+        await turn.finish("second", "ok", turn_id="good")
+    assert [t["user_message"] for t in await _stored_turns(store)] == ["first", "second"]
+    await router.aclose()
