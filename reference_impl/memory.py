@@ -207,14 +207,14 @@ class DefaultShortTermMemory:
         protocol has it, so a large state holds the event loop while it loads (about
         15 ms per thousand turns); :meth:`afrom_dict` does not.
         """
-        self._install(schema.run_steps(self._load_steps(state)))
+        self._install(schema.load(state, self._config, self._budget, self._state.key))
 
     async def afrom_dict(self, state: Mapping[str, Any]) -> None:
         """:meth:`from_dict`, letting other tasks run between steps of at most
         ``schema.STEP_TURNS`` turns, so that loading a large state never holds the event
         loop for long. Same errors, same result: the state is replaced when the load is
         complete, as by a ``from_dict`` at that moment. ``hydrate`` loads this way."""
-        steps = self._load_steps(state)
+        steps = schema.load_steps(state, self._config, self._budget, self._state.key)
         while True:
             try:
                 next(steps)
@@ -223,16 +223,6 @@ class DefaultShortTermMemory:
                 break
             await asyncio.sleep(0)
         self._install(loaded)
-
-    def _load_steps(self, state: Mapping[str, Any]) -> schema.Steps:
-        try:
-            return (
-                yield from schema.load_steps(state, self._config, self._budget, self._state.key)
-            )
-        except ValueError:
-            raise
-        except Exception as exc:  # anything else a hostile mapping can raise
-            raise ValueError(f"invalid memory state: {type(exc).__name__}: {exc}") from None
 
     def _install(self, loaded: MemoryState) -> None:
         self._state = loaded

@@ -375,7 +375,8 @@ def _check_order(model: MemoryStateV2) -> None:
 def load(
     data: Any, config: ShortTermMemoryConfig, budget: Budget, key: MemoryKey | None
 ) -> MemoryState:
-    """Build a fresh state from ``data`` for a memory of ``config`` or raise ``ValueError``."""
+    """Build a fresh state from ``data`` for a memory of ``config`` or raise ``ValueError``
+    (:class:`KeyMismatchError` for another key's state), whatever ``data`` is."""
     return run_steps(load_steps(data, config, budget, key))
 
 
@@ -394,6 +395,17 @@ def load_steps(
     """:func:`load` in steps of at most :data:`STEP_TURNS` turns, so that an asynchronous
     caller can let other tasks run between them (``afrom_dict``). Nothing is changed
     until the last step returns the new state."""
+    try:
+        return (yield from _load_steps(data, config, budget, key))
+    except ValueError:
+        raise
+    except Exception as exc:  # anything else a hostile mapping can raise
+        raise ValueError(f"invalid memory state: {type(exc).__name__}: {exc}") from None
+
+
+def _load_steps(
+    data: Any, config: ShortTermMemoryConfig, budget: Budget, key: MemoryKey | None
+) -> Steps:
     model = yield from _parse(data)
     if model.strategy != config.strategy:
         raise ValueError(

@@ -664,12 +664,7 @@ class RedisShortTermMemory:
         )
 
     def _replace(self, data: Mapping[str, Any], *, stored: bool) -> None:
-        try:
-            state = schema.load(data, self._config, self._budget, self._key)
-        except ValueError:
-            raise
-        except Exception as exc:  # anything else a hostile mapping can raise
-            raise ValueError(f"invalid memory state: {type(exc).__name__}: {exc}") from None
+        state = schema.load(data, self._config, self._budget, self._key)
         state.stored = stored
         self._replacements += 1
         self._outcomes.clear()

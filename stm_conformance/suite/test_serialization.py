@@ -16,6 +16,7 @@ from stm_conformance import ScriptedSummarizer
 from stm_conformance._deadline import noting_callers
 from stm_conformance.checks import config, eventually, memory_view, patient, turn
 from stm_conformance.contract import (
+    ConversationTurn,
     MemoryBudget,
     MemoryKey,
     ShortTermMemoryConfig,
@@ -113,6 +114,47 @@ async def test_round_trip_is_observably_identical(
     finally:
         source_summarizer.release()
         clone_summarizer.release()
+        for memory in made:
+            await stm_provider.dispose(memory)
+
+
+#: Turns of the long round trip: more than any one step of a backend's load, if it loads
+#: in steps, and more than the recent window of any usual configuration.
+LONG_CONVERSATION = 300
+
+
+@scenario("text:non_ascii", "window:many")
+@req("SER-002")
+@pytest.mark.parametrize("strategy", ["truncation", "rolling_summary"])
+async def test_round_trip_of_a_long_conversation_is_observably_identical(
+    stm_provider, stm_capabilities, strategy
+):
+    """Hundreds of turns, all in the view: every recent turn (``truncation`` with a window
+    as long as the conversation) or every pending turn (``rolling_summary``, the summarizer
+    held), each turn told apart by its number and carrying non-ASCII text."""
+    if strategy not in stm_capabilities:
+        pytest.skip(f"capability {strategy} not declared")
+    window = LONG_CONVERSATION if strategy == "truncation" else 2
+    cfg = config(strategy, full_zone_turns=window, total_max_tokens=0)
+    key = MemoryKey("t", "u", "long-round-trip")
+    summarizers = ScriptedSummarizer(), ScriptedSummarizer()
+    for summarizer in summarizers:
+        summarizer.hold()
+    made = [await stm_provider.create(cfg, key, noting_callers(s)) for s in summarizers]
+    source, clone = (CheckedMemory(m, cfg, s) for m, s in zip(made, summarizers, strict=True))
+    try:
+        for n in range(LONG_CONVERSATION):
+            await source.add_turn(ConversationTurn(f"ü{n}·" + "x" * (n % 7), f"答{n}"))
+        expected = await _observe(source)
+        clone.from_dict(json.loads(json.dumps(source.to_dict())))
+        observed = await _observe(clone)
+        assert observed == expected, (
+            f"after from_dict(to_dict()) of {LONG_CONVERSATION} turns the view, health or "
+            f"estimate differs: {len(observed[0])} characters of view, {len(expected[0])} before"
+        )
+    finally:
+        for summarizer in summarizers:
+            summarizer.release()
         for memory in made:
             await stm_provider.dispose(memory)
 
