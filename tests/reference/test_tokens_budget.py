@@ -709,18 +709,47 @@ def test_hiding_pending_turns_in_bulk_hides_what_one_at_a_time_would(
 
 
 def test_hiding_pending_turns_in_bulk_at_every_limit() -> None:
-    """The same, over every answer from none to all of 120 pending turns hidden."""
-    for limit in range(60, 1300, 7):
-        _check_bulk_hide([(7 * i) % 13 for i in range(120)], limit, 0)
+    """The same, at every limit where the answer changes, so over every answer from none
+    to all of 120 pending turns hidden. Hiding one at a time stops at the first visible
+    run whose view fits: measured once per run here (the view does not depend on the
+    limit), not once per run and limit."""
+    sizes = [(7 * i) % 13 for i in range(120)]
+    state = _pending_state(sizes, 0)
+    measure = _bulk_budget(10**9)
+    tokens = []  # the view's tokens with pending[v:] visible, for v = 0 .. all hidden
+    for visible_from in range(len(sizes) + 1):
+        run = state.copy()
+        run.show_pending_from(visible_from)
+        tokens.append(measure.tokens(run))
+    answers = set()
+    # Each run's own count and one less: the limits where the answer moves.
+    limits = sorted({t + d for t in tokens for d in (0, -1)} - set(range(tokens[-1])))
+    for limit in limits:
+        budget = _bulk_budget(limit)
+        expected = next((v for v, t in enumerate(tokens) if t <= limit), len(sizes))
+        answers.add(expected)
+        searched = state.copy()
+        if expected == 0:
+            continue  # nothing to hide: enforce would not search
+        budget._hide_pending(searched)
+        assert searched.visible_from == expected, limit
+        assert searched.visible_size == sum(e.size for e in searched.visible_pending)
+    assert answers == set(range(len(sizes) + 1))  # every answer, from none to all hidden
 
 
-def _check_bulk_hide(sizes: list[int], limit: int, visible_from: int) -> None:
-    config = ShortTermMemoryConfig(
-        strategy="rolling_summary",
-        budget=MemoryBudget(full_zone_turns=1, summary_max_tokens=50, total_max_tokens=limit),
-        token_estimator=_words,
+def _bulk_budget(limit: int) -> Budget:
+    return Budget.for_config(
+        ShortTermMemoryConfig(
+            strategy="rolling_summary",
+            budget=MemoryBudget(
+                full_zone_turns=1, summary_max_tokens=min(50, limit), total_max_tokens=limit
+            ),
+            token_estimator=_words,
+        )
     )
-    budget = Budget.for_config(config)
+
+
+def _pending_state(sizes: list[int], visible_from: int) -> MemoryState:
     state = MemoryState(health=HealthMachine(2, 0.1, 1.0))
     for seq, size in enumerate(sizes, start=1):
         state.push_pending(
@@ -728,6 +757,12 @@ def _check_bulk_hide(sizes: list[int], limit: int, visible_from: int) -> None:
         )
     state.show_pending_from(min(visible_from, len(sizes)))
     state.set_summary("an older summary")
+    return state
+
+
+def _check_bulk_hide(sizes: list[int], limit: int, visible_from: int) -> None:
+    budget = _bulk_budget(limit)
+    state = _pending_state(sizes, visible_from)
     one_by_one = state.copy()
     while not budget.fits(one_by_one) and one_by_one.visible_from < len(one_by_one.pending):
         one_by_one.hide_oldest_visible()
