@@ -183,6 +183,29 @@ async def test_hydrate_refuses_state_saved_under_another_key(make_memory, stm_pr
 @req("KEY-007")
 @cap("persistence")
 @pytest.mark.stm_capability("truncation")
+async def test_hydrate_refuses_another_keys_state_persisted_under_its_storage_key(
+    make_memory, stm_provider, stm_store
+):
+    """A mis-routed persist: A's memory saved under B's storage key, so the record is where
+    B looks and was saved there. Only the key the state records tells that it is A's."""
+    cfg = config("truncation", full_zone_turns=3)
+    key_a, key_b = MemoryKey("t", "u", "a"), MemoryKey("t", "u", "b")
+    a = await make_memory(cfg, key=key_a)
+    await a.add_turn(turn(4, pad=6))
+    where_b = stm_provider.key_for_storage(key_b)
+    await a.persist(stm_store, where_b)
+    b = await make_memory(cfg, key=key_b)
+    before = await memory_view(b)
+    await b.hydrate(stm_store, where_b)
+    after = await memory_view(b)
+    assert _marker_free(after, "u4xxxxxx") and after == before, (
+        "KEY-007: hydrate loaded another key's state persisted under this memory's storage key"
+    )
+
+
+@req("KEY-007")
+@cap("persistence")
+@pytest.mark.stm_capability("truncation")
 async def test_hydrate_refuses_a_state_under_a_storage_key_it_was_not_saved_under(
     make_memory, stm_provider, stm_store
 ):
