@@ -158,6 +158,8 @@ def _check_turn(turn: Any) -> None:
         finite = False
     if not finite:
         raise TypeError("ConversationTurn.ts must be a finite number")
+    if isinstance(ts, int) and float(ts) != ts:  # stored as a float, it would come back changed
+        raise TypeError(f"ConversationTurn.ts: {ts} is an int no float holds exactly")
     if not isinstance(turn.artifacts_shown, dict):
         raise TypeError("ConversationTurn.artifacts_shown must be a dict")
     _check_texts(turn.artifacts_hidden_refs, "ConversationTurn.artifacts_hidden_refs")

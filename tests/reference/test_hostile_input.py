@@ -68,6 +68,7 @@ BAD_TURNS: dict[str, ConversationTurn] = {
     "artifacts-far-too-deep": ConversationTurn("u", "a", artifacts_shown={"k": _nested(5000)}),
     "artifacts-inf": ConversationTurn("u", "a", artifacts_shown={"k": {"x": float("-inf")}}),
     "ts-beyond-float": ConversationTurn("u", "a", ts=10**400),
+    "ts-int-no-float-holds": ConversationTurn("u", "a", ts=2**53 + 1),
     "surrogate-turn-id": ConversationTurn("u", "a", turn_id=f"id-{LONE}"),
     "empty-turn-id": ConversationTurn("u", "a", turn_id=""),
     "long-turn-id": ConversationTurn("u", "a", turn_id="x" * 257),
