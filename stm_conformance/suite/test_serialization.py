@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
 
@@ -93,15 +95,10 @@ async def test_round_trip_is_observably_identical(
     )
     key = MemoryKey("t", "u", "round-trip")
     source_summarizer, clone_summarizer = ScriptedSummarizer(max_chars=150), ScriptedSummarizer()
-    # Made here, not by make_memory (one per example), but checked the same way: a flush
-    # stuck on a retry that never comes is blamed on HLT-002 within seconds.
-    made = [
-        await stm_provider.create(cfg, key, noting_callers(s))
-        for s in (source_summarizer, clone_summarizer)
-    ]
-    source = CheckedMemory(made[0], cfg, source_summarizer)
-    clone = CheckedMemory(made[1], cfg, clone_summarizer)
-    try:
+    async with _source_and_clone(stm_provider, cfg, key, source_summarizer, clone_summarizer) as (
+        source,
+        clone,
+    ):
         await _drive(source, source_summarizer, ops)
         source_summarizer.hold()
         clone_summarizer.hold()
@@ -111,9 +108,30 @@ async def test_round_trip_is_observably_identical(
         state = json.loads(json.dumps(source.to_dict()))
         clone.from_dict(state)
         assert await _observe(clone) == expected, f"round trip differs after {ops}"
+
+
+@asynccontextmanager
+async def _source_and_clone(
+    stm_provider: Any,
+    cfg: ShortTermMemoryConfig,
+    key: MemoryKey,
+    source_summarizer: ScriptedSummarizer,
+    clone_summarizer: ScriptedSummarizer,
+) -> AsyncIterator[tuple[CheckedMemory, CheckedMemory]]:
+    """Two memories of ``cfg`` and ``key``, one per summarizer; released and disposed of
+    after. Made here, not by make_memory (one per hypothesis example), but checked the
+    same way: a flush stuck on a retry that never comes is blamed on HLT-002 within
+    seconds."""
+    summarizers = (source_summarizer, clone_summarizer)
+    made = [await stm_provider.create(cfg, key, noting_callers(s)) for s in summarizers]
+    try:
+        yield (
+            CheckedMemory(made[0], cfg, source_summarizer),
+            CheckedMemory(made[1], cfg, clone_summarizer),
+        )
     finally:
-        source_summarizer.release()
-        clone_summarizer.release()
+        for summarizer in summarizers:
+            summarizer.release()
         for memory in made:
             await stm_provider.dispose(memory)
 
@@ -140,9 +158,7 @@ async def test_round_trip_of_a_long_conversation_is_observably_identical(
     summarizers = ScriptedSummarizer(), ScriptedSummarizer()
     for summarizer in summarizers:
         summarizer.hold()
-    made = [await stm_provider.create(cfg, key, noting_callers(s)) for s in summarizers]
-    source, clone = (CheckedMemory(m, cfg, s) for m, s in zip(made, summarizers, strict=True))
-    try:
+    async with _source_and_clone(stm_provider, cfg, key, *summarizers) as (source, clone):
         for n in range(LONG_CONVERSATION):
             await source.add_turn(ConversationTurn(f"ü{n}·" + "x" * (n % 7), f"答{n}"))
         expected = await _observe(source)
@@ -152,11 +168,6 @@ async def test_round_trip_of_a_long_conversation_is_observably_identical(
             f"after from_dict(to_dict()) of {LONG_CONVERSATION} turns the view, health or "
             f"estimate differs: {len(observed[0])} characters of view, {len(expected[0])} before"
         )
-    finally:
-        for summarizer in summarizers:
-            summarizer.release()
-        for memory in made:
-            await stm_provider.dispose(memory)
 
 
 JSON = st.recursive(

@@ -587,9 +587,8 @@ async def test_afrom_dict_lets_other_tasks_run_and_loads_what_from_dict_loads() 
     await ticker.stop()
     other = DefaultShortTermMemory(config=config, summarizer=joining, key=KEY_A)
     other.from_dict(state)
-    assert memory.to_dict() == other.to_dict() == state
-    assert await memory.get_llm_context() == await other.get_llm_context()
-    assert memory.estimate_tokens() == other.estimate_tokens()
+    assert observe_sync(memory) == observe_sync(other)
+    assert memory.to_dict() == state
     await memory.aclose()
     await other.aclose()
 

@@ -348,16 +348,22 @@ async def test_lru_bound_holds_over_ten_thousand_sessions(fast_tmp: Path) -> Non
     assert asyncio.all_tasks() - tasks_before == set(), "tasks left after aclose()"
 
 
-class _WritesThenRaises(InMemoryStateStore):
-    """A store whose conditional save lands, then fails to say so (a lost reply)."""
+class _FailingSaves(InMemoryStateStore):
+    """A store whose next conditional saves fail: ``fail_before_write`` of them before
+    writing anything, then ``fail_after_write`` of them after the write landed (a lost
+    reply)."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.fail_before_write = 0
         self.fail_after_write = 0
 
     async def save_memory_state_if(
         self, key: str, state: Mapping[str, Any], *, expected_revision: int | None
     ) -> None:
+        if self.fail_before_write:
+            self.fail_before_write -= 1
+            raise StateStoreError("the database is busy", key=key)
         await InMemoryStateStore.save_memory_state_if(
             self, key, state, expected_revision=expected_revision
         )
@@ -368,7 +374,7 @@ class _WritesThenRaises(InMemoryStateStore):
 
 @pytest.mark.parametrize("strategy", ["truncation", "rolling_summary"])
 async def test_a_save_that_landed_but_raised_records_no_turn_twice(strategy: str) -> None:
-    store = _WritesThenRaises()
+    store = _FailingSaves()
     config = ShortTermMemoryConfig(
         strategy=strategy,  # type: ignore[arg-type]
         budget=MemoryBudget(full_zone_turns=10),
@@ -397,24 +403,6 @@ async def _stored_turns(store: Any, key: MemoryKey = KEY) -> list[Mapping[str, A
     return [*state["pending"], *state["turns"]]
 
 
-class _FailsOnce(InMemoryStateStore):
-    """A store whose next conditional save fails before writing anything."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fail = 0
-
-    async def save_memory_state_if(
-        self, key: str, state: Mapping[str, Any], *, expected_revision: int | None
-    ) -> None:
-        if self.fail:
-            self.fail -= 1
-            raise StateStoreError("the database is busy", key=key)
-        await InMemoryStateStore.save_memory_state_if(
-            self, key, state, expected_revision=expected_revision
-        )
-
-
 async def test_every_finished_turn_is_stored_with_an_id_of_its_own() -> None:
     store = InMemoryStateStore()
     router = MemoryRouter(_truncation(), store=store)
@@ -431,13 +419,13 @@ async def test_every_finished_turn_is_stored_with_an_id_of_its_own() -> None:
 async def test_a_retried_finish_with_the_same_turn_id_records_the_turn_once(landed: bool) -> None:
     """The caller retries a turn whose finish raised, with the id it gave it: whether the
     failed save wrote or not, the store ends with the turn once, and the turn after it."""
-    store: Any = _WritesThenRaises() if landed else _FailsOnce()
+    store = _FailingSaves()
     router = MemoryRouter(_truncation(), store=store)
     await _finish(router, "first")
     if landed:
         store.fail_after_write = 1
     else:
-        store.fail = 1
+        store.fail_before_write = 1
     for attempt in range(2):
         async with router.turn(memory_key=KEY) as turn:
             if attempt == 0:
