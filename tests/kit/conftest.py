@@ -98,7 +98,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Start the whole-suite runs the selected tests judge (``run_ahead``), and move those
     tests last. Every xdist worker orders the same way; only one starts the runs."""
     judges = [item for item in items if item.get_closest_marker("suite_run")]
-    if not judges:
+    if not judges or config.option.collectonly:  # nothing will judge the runs
         return
     items[:] = [item for item in items if not item.get_closest_marker("suite_run")] + judges
     jobs: dict[str, Job] = {}
