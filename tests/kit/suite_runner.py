@@ -56,6 +56,16 @@ from _pytest.assertion.rewrite import AssertionRewritingHook
 # interpreter would not have imported them yet. Their asserts are not what the runs check.
 AssertionRewritingHook._warn_already_imported = lambda self, name: None
 
+# The kit's strategies, built once: the first draw of a text strategy builds hypothesis'
+# character tables (tens of milliseconds), which every run would otherwise do again. After
+# hypothesis' pytest plugin, as in a run: building them sooner is what its plugin warns of.
+import _hypothesis_pytestplugin
+from hypothesis.strategies import SearchStrategy
+for module in [m for n, m in sys.modules.items() if n.startswith("stm_conformance.")]:
+    for value in list(vars(module).values()):
+        if isinstance(value, SearchStrategy):
+            value.validate()
+
 # Every object imported so far outlives the runs: out of the collector's sight, a run's
 # full collections (pytest's at exit, hypothesis', the automatic ones) walk only what the
 # run made -- a tenth of a run's CPU.
