@@ -28,9 +28,11 @@ from suite_runner import SuiteRun
 
 __all__ = ["AT_ONCE", "Batch", "Job"]
 
-#: Runs that use CPU at once. A run needs under two seconds of CPU over six to thirty
-#: seconds of waiting; the rest of the tests run beside them on two cores.
-AT_ONCE = 6
+#: Runs that use CPU at once. A run needs about 1.3 s of CPU over five to thirty seconds
+#: of waiting; the rest of the tests run beside them on two cores. Measured on two cores:
+#: 6 left the CPU a fifth idle (120 s for the project's tests), 8 kept it busy (102-109 s),
+#: 10 was no faster and starved a run's timing checks once.
+AT_ONCE = 8
 
 
 @dataclass(frozen=True)
