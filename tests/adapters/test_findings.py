@@ -9,10 +9,15 @@ requirements PenguiFlow fails; every one of them has a reproduction, and no othe
 from __future__ import annotations
 
 import ast
+import os
 import re
+import select
+import signal
 import subprocess
 import sys
+import time
 import tomllib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -67,20 +72,95 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
-def test_the_finding_reproduces(script: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
+#: Runs each script it is sent as ``python SCRIPT`` would, in a child forked after the
+#: imports every reproduction makes: a fresh ``__main__``, an uncaught exception's
+#: traceback on standard error and exit status 1. Importing penguiflow is most of a
+#: reproduction's CPU. Protocol: a line ``script<TAB>stdout file<TAB>stderr file`` in;
+#: the child's process ID, then its exit status, out.
+_FORKER = r"""
+import asyncio, json, os, runpy, sys, traceback
+import penguiflow.planner.memory
+
+for line in sys.stdin:
+    script, out, err = line.rstrip("\n").split("\t")
+    pid = os.fork()
+    if pid:
+        print(pid, flush=True)
+        print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+        continue
+    code = 1
+    try:
+        for fd, name in ((1, out), (2, err)):
+            os.dup2(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+        sys.argv = [script]
+        runpy.run_path(script, run_name="__main__")
+        code = 0
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+"""
+
+Reproduce = Callable[[Path, Path], tuple[int, str, str]]
+
+
+@pytest.fixture(scope="module")
+def reproduce() -> Iterator[Reproduce]:
+    """``reproduce(script, scratch)``: exit status, output and error of ``python script``."""
+    forker = subprocess.Popen(
+        [sys.executable, "-c", _FORKER], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
-    output = f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"[-3000:]
-    assert done.returncode != 0, f"{script.name} no longer reproduces the defect:\n{output}"
-    assert "AssertionError" in done.stderr, output
-    assert f"AssertionError: {script.stem}:" in done.stderr, (
+    assert forker.stdin is not None and forker.stdout is not None
+    stdin, answers = forker.stdin, forker.stdout.fileno()
+
+    def line(timeout: float) -> str:
+        # Unbuffered: a buffered reader would take both answers at once and leave select()
+        # waiting for the second.
+        data = b""
+        deadline = time.monotonic() + timeout
+        while not data.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([answers], [], [], left)[0]:
+                return ""
+            chunk = os.read(answers, 1)
+            if not chunk:
+                return ""
+            data += chunk
+        return data.decode().strip()
+
+    def run(script: Path, scratch: Path) -> tuple[int, str, str]:
+        out, err = scratch / "stdout.txt", scratch / "stderr.txt"
+        stdin.write(f"{script}\t{out}\t{err}\n".encode())
+        stdin.flush()
+        pid = int(line(TIMEOUT_S))
+        status = line(TIMEOUT_S)
+        if not status:
+            os.kill(pid, signal.SIGKILL)
+            line(TIMEOUT_S)  # the killed child's status, so the next script starts afresh
+            pytest.fail(f"{script.name} did not end within {TIMEOUT_S}s")
+        return int(status), out.read_text("utf-8"), err.read_text("utf-8")
+
+    try:
+        yield run
+    finally:
+        stdin.close()
+        forker.wait(timeout=TIMEOUT_S)
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
+def test_the_finding_reproduces(script: Path, reproduce: Reproduce, tmp_path: Path) -> None:
+    code, stdout, stderr = reproduce(script, tmp_path)
+    output = f"exit {code}\n{stdout}\n{stderr}"[-3000:]
+    assert code != 0, f"{script.name} no longer reproduces the defect:\n{output}"
+    assert "AssertionError" in stderr, output
+    assert f"AssertionError: {script.stem}:" in stderr, (
         f"the failed assertion must state the defect of {script.stem}:\n{output}"
     )
 
