@@ -57,14 +57,18 @@ from _pytest.assertion.rewrite import AssertionRewritingHook
 AssertionRewritingHook._warn_already_imported = lambda self, name: None
 
 # The kit's strategies, built once: the first draw of a text strategy builds hypothesis'
-# character tables (tens of milliseconds), which every run would otherwise do again. After
-# hypothesis' pytest plugin, as in a run: building them sooner is what its plugin warns of.
-import _hypothesis_pytestplugin
+# character tables (tens of milliseconds), which every run would otherwise do again.
+# Hypothesis warns of such work before its plugin is configured, which here is on purpose;
+# imported first, its plugin warns here (silenced) rather than in every run.
+import _hypothesis_pytestplugin, warnings
+from hypothesis.errors import HypothesisSideeffectWarning
 from hypothesis.strategies import SearchStrategy
-for module in [m for n, m in sys.modules.items() if n.startswith("stm_conformance.")]:
-    for value in list(vars(module).values()):
-        if isinstance(value, SearchStrategy):
-            value.validate()
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", HypothesisSideeffectWarning)
+    for module in [m for n, m in sys.modules.items() if n.startswith("stm_conformance.")]:
+        for value in list(vars(module).values()):
+            if isinstance(value, SearchStrategy):
+                value.validate()
 
 # Every object imported so far outlives the runs: out of the collector's sight, a run's
 # full collections (pytest's at exit, hypothesis', the automatic ones) walk only what the
