@@ -139,10 +139,12 @@ def reproduce() -> Iterator[Reproduce]:
         out, err = scratch / "stdout.txt", scratch / "stderr.txt"
         stdin.write(f"{script}\t{out}\t{err}\n".encode())
         stdin.flush()
-        pid = int(line(TIMEOUT_S))
+        pid = line(TIMEOUT_S)
+        if not pid:
+            pytest.fail(f"the process forking the reproductions is gone (exit {forker.poll()})")
         status = line(TIMEOUT_S)
         if not status:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(int(pid), signal.SIGKILL)
             line(TIMEOUT_S)  # the killed child's status, so the next script starts afresh
             pytest.fail(f"{script.name} did not end within {TIMEOUT_S}s")
         return int(status), out.read_text("utf-8"), err.read_text("utf-8")
