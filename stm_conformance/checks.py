@@ -11,6 +11,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
+
 from ._patience import patient
 from .contract import (
     ConversationTurn,
@@ -24,6 +26,7 @@ from .contract import (
 from .model import render_turn
 
 __all__ = [
+    "EITHER_STRATEGY",
     "canonical_json",
     "config",
     "eventually",
@@ -34,6 +37,13 @@ __all__ = [
     "turn",
     "turn_json",
     "users",
+]
+
+#: ``@pytest.mark.parametrize("strategy", EITHER_STRATEGY)``: a check run once per strategy
+#: that keeps turns, each run skipped unless the backend declares that capability.
+EITHER_STRATEGY = [
+    pytest.param(name, marks=pytest.mark.stm_capability(name))
+    for name in ("truncation", "rolling_summary")
 ]
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from stm_conformance import ScriptedSummarizer
 from stm_conformance.checks import (
+    EITHER_STRATEGY,
     canonical_json,
     config,
     eventually,
@@ -428,13 +429,7 @@ async def test_truncate_summary_shortens_the_summary_first(make_memory):
 
 @scenario("direction:accept", "direction:reject", "bound:lower", "bound:upper")
 @req("BUD-006")
-@pytest.mark.parametrize(
-    "strategy",
-    [
-        pytest.param("truncation", marks=pytest.mark.stm_capability("truncation")),
-        pytest.param("rolling_summary", marks=pytest.mark.stm_capability("rolling_summary")),
-    ],
-)
+@pytest.mark.parametrize("strategy", EITHER_STRATEGY)
 async def test_error_policy_is_atomic(
     make_memory, scripted_summarizer, recording_callbacks, stm_provider, strategy
 ):

@@ -5,20 +5,21 @@ from __future__ import annotations
 import pytest
 
 from stm_conformance import RecordingCallbacks
-from stm_conformance.checks import config, eventually, memory_view, returns_within, turn
+from stm_conformance.checks import (
+    EITHER_STRATEGY,
+    config,
+    eventually,
+    memory_view,
+    returns_within,
+    turn,
+)
 
 pytestmark = [pytest.mark.stm_capability("callbacks")]
 req = pytest.mark.stm_requirement
 
 
 @req("CB-001")
-@pytest.mark.parametrize(
-    "strategy",
-    [
-        pytest.param("truncation", marks=pytest.mark.stm_capability("truncation")),
-        pytest.param("rolling_summary", marks=pytest.mark.stm_capability("rolling_summary")),
-    ],
-)
+@pytest.mark.parametrize("strategy", EITHER_STRATEGY)
 async def test_turn_added_once_per_turn_in_order(make_memory, recording_callbacks, strategy):
     cfg = config(strategy, full_zone_turns=2, **recording_callbacks.config_kwargs())
     memory = await make_memory(cfg)

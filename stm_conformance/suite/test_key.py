@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from stm_conformance import ScriptedSummarizer
-from stm_conformance.checks import config, eventually, memory_view, turn
+from stm_conformance.checks import EITHER_STRATEGY, config, eventually, memory_view, turn
 from stm_conformance.contract import MemoryIsolation, MemoryKey
 
 req = pytest.mark.stm_requirement
@@ -51,13 +51,7 @@ def _sees(view: Any, marker: str) -> bool:
 
 
 @req("KEY-001")
-@pytest.mark.parametrize(
-    "strategy",
-    [
-        pytest.param("truncation", marks=pytest.mark.stm_capability("truncation")),
-        pytest.param("rolling_summary", marks=pytest.mark.stm_capability("rolling_summary")),
-    ],
-)
+@pytest.mark.parametrize("strategy", EITHER_STRATEGY)
 async def test_state_of_one_key_is_invisible_through_another(make_memory, strategy):
     cfg = config(strategy, full_zone_turns=1)
     a = await make_memory(cfg, key=MemoryKey("tenant-a", "user", "session"))

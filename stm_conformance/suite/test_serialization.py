@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 
 from stm_conformance import ScriptedSummarizer
 from stm_conformance._deadline import noting_callers
-from stm_conformance.checks import config, eventually, memory_view, patient, turn
+from stm_conformance.checks import (
+    EITHER_STRATEGY,
+    config,
+    eventually,
+    memory_view,
+    patient,
+    turn,
+)
 from stm_conformance.contract import (
     ConversationTurn,
     MemoryBudget,
@@ -143,15 +150,11 @@ LONG_CONVERSATION = 300
 
 @scenario("text:non_ascii", "window:many")
 @req("SER-002")
-@pytest.mark.parametrize("strategy", ["truncation", "rolling_summary"])
-async def test_round_trip_of_a_long_conversation_is_observably_identical(
-    stm_provider, stm_capabilities, strategy
-):
+@pytest.mark.parametrize("strategy", EITHER_STRATEGY)
+async def test_round_trip_of_a_long_conversation_is_observably_identical(stm_provider, strategy):
     """Hundreds of turns, all in the view: every recent turn (``truncation`` with a window
     as long as the conversation) or every pending turn (``rolling_summary``, the summarizer
     held), each turn told apart by its number and carrying non-ASCII text."""
-    if strategy not in stm_capabilities:
-        pytest.skip(f"capability {strategy} not declared")
     window = LONG_CONVERSATION if strategy == "truncation" else 2
     cfg = config(strategy, full_zone_turns=window, total_max_tokens=0)
     key = MemoryKey("t", "u", "long-round-trip")
