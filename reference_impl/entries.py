@@ -1,7 +1,7 @@
 """A stored turn with its rendering, and the mutable state of one memory.
 
-Each turn is rendered and serialised once, when it is added; the view, the token meter and
-the summarizer payload reuse that work.
+Each turn is rendered once, when it is added, and serialised at most once, when the token
+meter first needs it; the view, the token meter and the summarizer payload reuse that work.
 """
 
 from __future__ import annotations
@@ -41,15 +41,18 @@ class Entry:
     ``fresh()`` returns a new copy of ``rendered`` for a caller that may change it (views,
     summarizer payloads): a plain ``dict.copy`` for the common two-string turn, so that a
     view of n turns costs n C-level copies and no Python call per turn.
+
+    ``fragment`` (the canonical JSON of ``rendered``) and ``size`` are the token meter's:
+    ``""`` and ``0`` until :meth:`measure` fills them, once (see ``MemoryState.metered``).
     """
 
     seq: int
     turn: ConversationTurn
     rendered: dict[str, Any]
-    fragment: str
     fresh: Callable[[], dict[str, Any]]
+    fragment: str = ""
     #: What the turn adds to the token meter's running sums (``TokenMeter.entry_size``).
-    size: int
+    size: int = 0
 
     @classmethod
     def make(
@@ -58,20 +61,38 @@ class Entry:
         turn: ConversationTurn,
         *,
         include_digest: bool,
-        size_of: Callable[[str], int] = len,
+        size_of: Callable[[str], int] | None = None,
     ) -> Entry:
+        """The entry for ``turn``, measured with ``size_of`` if one is given."""
         if turn.trajectory_digest is None or not include_digest:
-            # The common turn, two strings: its canonical JSON written directly (keys
-            # sorted); encode_basestring is tokens.json_string, called directly here.
             user, assistant = turn.user_message, turn.assistant_response
             rendered = {"user": user, "assistant": assistant}
-            fragment = (
-                f'{{"assistant":{encode_basestring(assistant)},"user":{encode_basestring(user)}}}'
-            )
-            return cls(seq, turn, rendered, fragment, rendered.copy, size_of(fragment))
+            if size_of is None:
+                return cls(seq, turn, rendered, rendered.copy)
+            fragment = _plain_fragment(user, assistant)
+            return cls(seq, turn, rendered, rendered.copy, fragment, size_of(fragment))
         rendered = render_turn(turn, include_digest=True)
-        fragment = canonical_json(rendered)
-        return cls(seq, turn, rendered, fragment, partial(_fresh, rendered), size_of(fragment))
+        entry = cls(seq, turn, rendered, partial(_fresh, rendered))
+        if size_of is not None:
+            entry.measure(size_of)
+        return entry
+
+    def measure(self, size_of: Callable[[str], int]) -> None:
+        """Fill ``fragment`` and ``size``; once, as nothing changes an entry's turn."""
+        if self.fragment:
+            return
+        rendered = self.rendered
+        if len(rendered) == 2:
+            self.fragment = _plain_fragment(rendered["user"], rendered["assistant"])
+        else:
+            self.fragment = canonical_json(rendered)
+        self.size = size_of(self.fragment)
+
+
+def _plain_fragment(user: str, assistant: str) -> str:
+    """``canonical_json`` of the common turn, two strings, written directly (keys sorted;
+    ``encode_basestring`` is ``tokens.json_string``, called directly here)."""
+    return f'{{"assistant":{encode_basestring(assistant)},"user":{encode_basestring(user)}}}'
 
 
 @dataclass(slots=True)
@@ -79,7 +100,10 @@ class MemoryState:
     """Everything a memory knows; replaced as a whole by ``from_dict``.
 
     ``pending[visible_from:]`` are the pending turns shown in the view (BUD-010);
-    ``*_size`` are running sums of entry sizes for the token meter.
+    ``*_size`` are running sums of entry sizes for the token meter. They hold only while
+    ``metered``: until something measures a memory (a budget, ``estimate_tokens``), its
+    entries are not measured and the sums stay 0; ``Budget.start_metering`` then measures
+    every held entry once and adds turns measured from then on.
     """
 
     health: HealthMachine
@@ -96,6 +120,7 @@ class MemoryState:
     summarized_through: int = 0
     dropped_turns: int = 0
     revision: int = 0
+    metered: bool = True
     #: Whether a stored record is known to hold ``revision`` (hydrated or persisted): a
     #: conditional save then expects that revision, otherwise it expects no record.
     stored: bool = False
@@ -113,6 +138,14 @@ class MemoryState:
         self.recent_size -= entry.size
         return entry
 
+    def recent_to_pending(self) -> None:
+        """Move the oldest recent turn to the end of pending (``pop_recent`` then
+        ``push_pending``, in one call: every ``add_turn`` past the window does this)."""
+        entry = self.recent.popleft()
+        self.recent_size -= entry.size
+        self.pending.append(entry)
+        self.visible_size += entry.size
+
     def push_pending(self, entry: Entry) -> None:
         # The newest pending turn joins the visible run; the budget hides it if needed.
         self.pending.append(entry)
@@ -129,6 +162,11 @@ class MemoryState:
         else:
             self.visible_size += sum(e.size for e in pending[index : self.visible_from])
         self.visible_from = index
+
+    def recount_sizes(self) -> None:
+        """Recompute the running sums from the entries' sizes."""
+        self.recent_size = sum(e.size for e in self.recent)
+        self.visible_size = sum(e.size for e in self.pending[self.visible_from :])
 
     def show_all_pending(self) -> None:
         self.visible_from = 0
@@ -166,6 +204,7 @@ class MemoryState:
             summarized_through=self.summarized_through,
             dropped_turns=self.dropped_turns,
             revision=self.revision,
+            metered=self.metered,
             stored=self.stored,
         )
 

@@ -15,9 +15,12 @@ from dataclasses import dataclass
 
 from .types import MemoryHealth
 
-__all__ = ["HealthMachine", "Transition"]
+__all__ = ["DEGRADED_STATES", "HealthMachine", "Transition"]
 
 Transition = tuple[MemoryHealth, MemoryHealth]
+
+#: The states in which the view shows recent turns only.
+DEGRADED_STATES = (MemoryHealth.DEGRADED, MemoryHealth.RECOVERING)
 
 
 @dataclass(slots=True)
@@ -34,7 +37,7 @@ class HealthMachine:
     @property
     def degraded(self) -> bool:
         """DEGRADED or RECOVERING: the view shows recent turns only."""
-        return self.state in (MemoryHealth.DEGRADED, MemoryHealth.RECOVERING)
+        return self.state in DEGRADED_STATES
 
     def on_success(self) -> Transition:
         old = self.state

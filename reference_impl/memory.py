@@ -75,6 +75,7 @@ class DefaultShortTermMemory:
                 config.retry_attempts, config.retry_backoff_base_s, config.degraded_retry_interval_s
             ),
             key=key,
+            metered=not self._budget.defers_measuring,
         )
         self._worker: asyncio.Task[None] | None = None
         self._changes = 0
@@ -129,7 +130,7 @@ class DefaultShortTermMemory:
             state.next_seq,
             turn,
             include_digest=config.include_trajectory_digest,
-            size_of=self._size_of,
+            size_of=self._size_of if state.metered else None,
         )
         budget = config.budget
         if budget.overflow_policy == "error" and not self._budget.fits_after_add(state, entry):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .entries import Entry, MemoryState
+from .health import DEGRADED_STATES
 from .types import ShortTermMemoryConfig
 
 __all__ = ["Batch", "admit", "degrade", "evict_oldest_recent", "install", "take_batch"]
@@ -52,7 +53,16 @@ def admit(state: MemoryState, entry: Entry, config: ShortTermMemoryConfig) -> No
     """Append a new turn to recent and evict beyond ``full_zone_turns`` (BUD-003, WM-002)."""
     state.push_recent(entry)
     state.next_seq = entry.seq + 1
-    while len(state.recent) > config.budget.full_zone_turns:
+    recent, keep = state.recent, config.budget.full_zone_turns
+    if len(recent) <= keep:
+        return
+    if config.strategy == "rolling_summary" and state.health.state not in DEGRADED_STATES:
+        # What evict_oldest_recent does here, in one call per turn: this runs on every
+        # add_turn past the window.
+        while len(recent) > keep:
+            state.recent_to_pending()
+        return
+    while len(recent) > keep:
         evict_oldest_recent(state, config)
 
 

@@ -21,7 +21,7 @@ def _entry(seq: int, *, digest: bool = False) -> Entry:
         "",
         trajectory_digest=TrajectoryDigest(["search"], "obs", "why", ["a:1"]) if digest else None,
     )
-    return Entry.make(seq, turn, include_digest=True)
+    return Entry.make(seq, turn, include_digest=True, size_of=len)
 
 
 def _state() -> MemoryState:
@@ -108,7 +108,9 @@ def test_plain_turn_texts_equal_the_generic_encoding(
     """A turn of two strings is written by hand (the hot path): the texts must be exactly
     what the generic encoders give, for any text (quotes, controls, astral characters)."""
     state_json = pytest.importorskip("stm_redis.state_json")  # the Redis backend writes it
-    entry = Entry.make(seq, ConversationTurn(user, assistant, ts=ts), include_digest=True)
+    entry = Entry.make(
+        seq, ConversationTurn(user, assistant, ts=ts), include_digest=True, size_of=len
+    )
     assert entry.fragment == canonical_json(entry.rendered)
     generic = json.dumps(schema.dump_turn(entry), ensure_ascii=False, separators=(",", ":"))
     assert state_json.turn_json(entry) == generic
@@ -121,7 +123,7 @@ def test_turns_with_artifacts_or_a_digest_encode_as_the_generic_path() -> None:
         ConversationTurn("q", "a", artifacts_hidden_refs=["r"]),
         ConversationTurn("q", "a", trajectory_digest=TrajectoryDigest(["t"], "o")),
     ):
-        entry = Entry.make(1, turn, include_digest=True)
+        entry = Entry.make(1, turn, include_digest=True, size_of=len)
         assert entry.fragment == canonical_json(entry.rendered)
         generic = json.dumps(schema.dump_turn(entry), ensure_ascii=False, separators=(",", ":"))
         assert state_json.turn_json(entry) == generic

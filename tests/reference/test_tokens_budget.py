@@ -688,6 +688,86 @@ async def test_estimate_tokens_counts_the_canonical_view_with_summary_and_digest
     await memory.aclose()
 
 
+def _held(memory: DefaultShortTermMemory) -> list[Entry]:
+    state = memory._state
+    return [*state.recent, *state.pending, *state.backlog]
+
+
+@pytest.mark.anyio
+@pytest.mark.requirement("BUD-008")
+async def test_a_memory_without_a_limit_measures_its_turns_from_the_first_estimate() -> None:
+    """With no limit and a length-based estimator, ``add_turn`` leaves turns unmeasured
+    until ``estimate_tokens`` first asks; that call measures every held turn -- recent,
+    pending, hidden, in the degraded backlog -- and later turns are measured as added."""
+    failing = [True]
+    healthy = asyncio.Event()
+
+    async def on_health_changed(old: MemoryHealth, new: MemoryHealth) -> None:
+        if new is MemoryHealth.HEALTHY:
+            healthy.set()
+
+    async def summarize(payload: Mapping[str, Any]) -> Mapping[str, Any]:
+        if failing[0]:
+            raise RuntimeError("down")
+        return {"summary": "Zoë, ✓ " + str(len(payload["turns"]))}
+
+    config = ShortTermMemoryConfig(
+        strategy="rolling_summary",
+        budget=MemoryBudget(full_zone_turns=2, total_max_tokens=0),
+        retry_attempts=0,
+        degraded_retry_interval_s=0.02,
+        on_health_changed=on_health_changed,
+    )
+    memory = DefaultShortTermMemory(config=config, summarizer=summarize)
+    digest = TrajectoryDigest(["search", "日本"], 'obs "quoted"', None, ["artifact://x"])
+    for i in range(3):
+        await memory.add_turn(make_turn(f"q{i} ünï \U0001f600", "a\n\\b", digest))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert memory.health is not MemoryHealth.HEALTHY
+    for i in range(4):  # evicted while degraded: into the backlog, unmeasured
+        await memory.add_turn(make_turn(f"later {i}", ""))
+    assert memory._state.backlog and not memory._state.metered
+    assert all(e.fragment == "" and e.size == 0 for e in _held(memory))
+
+    view = await memory.get_llm_context()
+    assert memory.estimate_tokens() == default_token_estimator(canonical_json(view))
+    assert memory._state.metered
+    assert all(e.fragment == canonical_json(e.rendered) for e in _held(memory))
+
+    # Recovery moves the measured backlog back into the view's running sums.
+    failing[0] = False
+    await asyncio.wait_for(healthy.wait(), timeout=5)
+    await memory.add_turn(make_turn("last", "é"))
+    view = await memory.get_llm_context()
+    assert memory.health is MemoryHealth.HEALTHY
+    assert memory.estimate_tokens() == default_token_estimator(canonical_json(view))
+    assert all(e.size == len(e.fragment) > 0 for e in _held(memory))
+    await memory.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("estimator_name", "limit"), [("default", 10_000), ("commas", 0), ("length3", 0)]
+)
+async def test_which_memories_measure_every_turn_as_it_is_added(
+    estimator_name: str, limit: int
+) -> None:
+    """A limit, or an estimator that reads the text, measures each turn in ``add_turn``
+    (catching up later would hold the loop); a length-based one without a limit defers."""
+    config = ShortTermMemoryConfig(
+        strategy="truncation",
+        budget=MemoryBudget(full_zone_turns=3, total_max_tokens=limit),
+        token_estimator=ESTIMATORS[estimator_name],
+    )
+    memory = DefaultShortTermMemory(config=config)
+    await memory.add_turn(make_turn("q", "a"))
+    deferred = estimator_name == "length3"
+    assert memory._state.metered is not deferred
+    assert [e.fragment == "" for e in _held(memory)] == [deferred]
+    await memory.aclose()
+
+
 def _words(text: str) -> int:
     """An estimator that measures the text (as tiktoken does), not only its length."""
     return len(re.findall(r"\w+|[^\w\s]", text))
@@ -753,7 +833,7 @@ def _pending_state(sizes: list[int], visible_from: int) -> MemoryState:
     state = MemoryState(health=HealthMachine(2, 0.1, 1.0))
     for seq, size in enumerate(sizes, start=1):
         state.push_pending(
-            Entry.make(seq, ConversationTurn("w " * size, "é"), include_digest=False)
+            Entry.make(seq, ConversationTurn("w " * size, "é"), include_digest=False, size_of=len)
         )
     state.show_pending_from(min(visible_from, len(sizes)))
     state.set_summary("an older summary")

@@ -30,7 +30,7 @@ def _entry(seq: int, turn: ConversationTurn, size_of: Callable[[str], int]) -> E
     rendered: dict[str, Any] = render_turn(turn, include_digest=False)
     rendered["trajectory_digest"] = None  # MUTATION: switched off as null, not left out
     fragment = canonical_json(rendered)
-    return Entry(seq, turn, rendered, fragment, rendered.copy, size_of(fragment))
+    return Entry(seq, turn, rendered, rendered.copy, fragment, size_of(fragment))
 
 
 class NullDigestMemory(DefaultShortTermMemory):
