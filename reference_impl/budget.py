@@ -47,7 +47,8 @@ class Budget:
         ``estimate_tokens`` measures, and an estimator that counts from lengths. Catching
         up then costs about 0.3 µs per held turn (3 ms at 10,000); an estimator that
         encodes text would hold the event loop far longer, so it measures every turn as
-        it is added."""
+        it is added. A memory's state under a limit is therefore metered from the start;
+        the measuring methods still meter any state they are given."""
         return not self.limit and self.meter.from_length is not None
 
     def start_metering(self, state: MemoryState) -> None:

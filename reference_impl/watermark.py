@@ -40,29 +40,21 @@ def _to_backlog(state: MemoryState, entry: Entry, limit: int) -> None:
 
 def evict_oldest_recent(state: MemoryState, config: ShortTermMemoryConfig) -> None:
     """Move the oldest recent turn out of the window, to wherever the strategy keeps it."""
+    rolling = config.strategy == "rolling_summary"
+    if rolling and state.health.state not in DEGRADED_STATES:
+        state.recent_to_pending()  # the common case, in one call: every add_turn past the window
+        return
     entry = state.pop_recent()
-    if config.strategy != "rolling_summary":
-        return  # truncation keeps no older turns by design (STR-002)
-    if state.health.degraded:
+    if rolling:  # degraded
         _to_backlog(state, entry, config.recovery_backlog_limit)
-    else:
-        state.push_pending(entry)
+    # truncation keeps no older turns by design (STR-002)
 
 
 def admit(state: MemoryState, entry: Entry, config: ShortTermMemoryConfig) -> None:
     """Append a new turn to recent and evict beyond ``full_zone_turns`` (BUD-003, WM-002)."""
     state.push_recent(entry)
     state.next_seq = entry.seq + 1
-    recent, keep = state.recent, config.budget.full_zone_turns
-    if len(recent) <= keep:
-        return
-    if config.strategy == "rolling_summary" and state.health.state not in DEGRADED_STATES:
-        # What evict_oldest_recent does here, in one call per turn: this runs on every
-        # add_turn past the window.
-        while len(recent) > keep:
-            state.recent_to_pending()
-        return
-    while len(recent) > keep:
+    while len(state.recent) > config.budget.full_zone_turns:
         evict_oldest_recent(state, config)
 
 
