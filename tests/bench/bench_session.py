@@ -17,6 +17,9 @@ For 1 session (400 turns in a row) and 64 sessions (64 tasks of 8 turns at once)
 turns (not timed). Rounds alternate which library goes first; a figure is the median
 over the rounds, with the range. Each run gets a fresh database file.
 
+First, the ceiling: commits per second of one small row each in SQLite's WAL mode, with
+and without a sync per commit, nothing else around them.
+
 Writes ``docs/benchmarks/session.json`` (``--out``) and, with matplotlib, a plot.
 
 Usage::
@@ -30,6 +33,7 @@ import argparse
 import asyncio
 import importlib.metadata
 import json
+import sqlite3
 import sys
 import tempfile
 import time
@@ -118,6 +122,26 @@ async def sdk_run(db: Path, window: int, sessions: int, turns: int) -> float:
     return rate
 
 
+def commit_floor(where: Path, commits: int = 1000) -> dict[str, float]:
+    """Commits per second of one small row each, with nothing else around them: the most
+    any library that syncs (or not) at every turn could reach on this disk."""
+    rates: dict[str, float] = {}
+    for synchronous in ("FULL", "NORMAL"):
+        with tempfile.TemporaryDirectory(dir=where) as scratch:
+            conn = sqlite3.connect(Path(scratch) / "floor.db", isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={synchronous}")
+            conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)")
+            started = time.perf_counter()
+            for _ in range(commits):
+                conn.execute("BEGIN")
+                conn.execute("INSERT INTO t (body) VALUES (?)", (USER + ASSISTANT,))
+                conn.execute("COMMIT")
+            rates[synchronous.lower()] = commits / (time.perf_counter() - started)
+            conn.close()
+    return rates
+
+
 def libraries() -> dict[str, Run]:
     found: dict[str, Run] = {
         "router truncation": router_run("truncation"),
@@ -201,6 +225,12 @@ def main(argv: list[str] | None = None) -> None:
         },
     }
     print(json.dumps(result["machine"]), "\n")
+    floor = commit_floor(Path(args.dir))
+    result["bare_commits_per_second"] = floor
+    print(
+        f"a bare commit of one row: {floor['full']:,.0f}/s with a sync, "
+        f"{floor['normal']:,.0f}/s without\n"
+    )
     result["turns_per_second"] = measure(windows, args.rounds, Path(args.dir))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
