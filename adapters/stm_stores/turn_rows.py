@@ -23,8 +23,8 @@ __all__ = ["TURN_LISTS", "Rows", "Split", "join_rows", "split_state"]
 #: The lists of turns a state is split on, in the order ``to_dict`` writes them.
 TURN_LISTS = ("turns", "pending", "backlog")
 
-#: A turn as a store keeps it: a private decoded copy (to compare the next save's turn
-#: against) and its JSON text.
+#: A turn as a store keeps it: a private copy to compare the next save's turn against (its
+#: containers the store's own; see ``_sharing``) and its JSON text.
 Turn = tuple[dict[str, Any], str]
 
 
@@ -135,4 +135,30 @@ def _encode(key: str, turn: dict[str, Any]) -> Turn:
             "state does not survive a JSON round trip unchanged (tuples or non-str dict keys?)",
             key=key,
         )
-    return decoded, text
+    return _sharing(turn, decoded), text
+
+
+#: Immutable values a store's private copy may share with the caller's turn (exact types:
+#: a subclass could compare equal to anything).
+_SHARED = frozenset({str, int, float, bool, type(None)})
+
+
+def _sharing(given: Any, decoded: Any) -> Any:
+    """``decoded`` (the JSON form of ``given``, equal to it), with the immutable leaves of
+    ``given`` in place of its own, keys included. The next save compares its turn with
+    this copy: a turn given again shares its keys and strings with it, and ``==`` on the
+    same object reads neither. A save of a long conversation compares every turn it
+    holds, and with many conversations held those turns are out of the CPU's caches:
+    reading a few words per turn instead of every key and character is most of its
+    cost."""
+    kind = type(given)
+    if kind in _SHARED:
+        return given
+    if kind is dict:  # same length and order: json keeps a dict's order both ways
+        return {
+            gk if type(gk) is str else dk: _sharing(gv, dv)
+            for (gk, gv), (dk, dv) in zip(given.items(), decoded.items(), strict=True)
+        }
+    if kind is list:
+        return [_sharing(g, d) for g, d in zip(given, decoded, strict=True)]
+    return decoded

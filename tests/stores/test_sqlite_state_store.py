@@ -359,6 +359,53 @@ async def test_a_memory_state_is_kept_one_row_per_turn_and_a_save_writes_the_cha
         assert await reopened.load_memory_state(KEY) == third
 
 
+async def test_a_turn_changed_in_place_after_a_save_is_written_again(db_path: Path) -> None:
+    """The store keeps a copy of each turn to compare the next save with. The copy shares
+    the turn's keys and strings (a turn given again compares in a few reads) but not its
+    containers, so a caller that changes a turn it gave, in place, is still seen."""
+    async with SQLiteStateStore(db_path) as store:
+        state = memory_state(1, [1, 2, 3])
+        state["turns"][0]["artifacts_shown"] = {"k": ["v"]}
+        await store.save_memory_state_if(KEY, state, expected_revision=None)
+        given, kept = state["turns"][1], store._rows[KEY].turns[2][0]
+        assert kept == given and kept is not given
+        assert kept["user_message"] is given["user_message"]
+        assert all(a is b for a, b in zip(kept, given, strict=True))  # the keys
+        first = store._rows[KEY].turns[1][0]
+        assert first["artifacts_shown"] is not state["turns"][0]["artifacts_shown"]
+
+        state["revision"] = 2
+        state["turns"][0]["artifacts_shown"]["k"].append("w")  # nested, in place
+        state["turns"][2]["user_message"] = "changed"
+        with written_turns(db_path) as written:
+            await store.save_memory_state_if(KEY, state, expected_revision=1)
+        assert sorted(written) == [1, 3]
+        assert await store.load_memory_state(KEY) == state
+
+
+class _EqualToAnything(str):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = str.__hash__
+
+
+async def test_the_kept_copy_shares_only_plain_values(db_path: Path) -> None:
+    """A ``str`` subclass can claim to equal anything: the copy holds the plain string
+    decoded from it, so a later change of that field is still written."""
+    async with SQLiteStateStore(db_path) as store:
+        state = memory_state(1, [1])
+        state["turns"][0]["user_message"] = _EqualToAnything("sly")
+        await store.save_memory_state_if(KEY, state, expected_revision=None)
+        assert type(store._rows[KEY].turns[1][0]["user_message"]) is str
+        changed = memory_state(2, [1])
+        changed["turns"][0]["user_message"] = "plain"
+        with written_turns(db_path) as written:
+            await store.save_memory_state_if(KEY, changed, expected_revision=1)
+        assert written == [1]
+        assert await store.load_memory_state(KEY) == changed
+
+
 async def test_another_writer_in_between_makes_the_next_save_rewrite_every_turn(
     db_path: Path,
 ) -> None:
