@@ -285,14 +285,8 @@ class SQLiteStateStore:
             # The stored rows are the ones this store last wrote or read: write the change.
             gone = base.turns.keys() - record.turns.keys()
             conn.executemany(_DELETE_TURN, ((key, seq) for seq in gone))
-            conn.executemany(
-                _PUT_TURN,
-                (
-                    (key, seq, text)
-                    for seq, (_, text) in record.turns.items()
-                    if base.turns.get(seq, (None, None))[1] is not text
-                ),
-            )
+            turns = record.turns
+            conn.executemany(_PUT_TURN, ((key, seq, turns[seq][1]) for seq in record.changed))
         else:
             if row is not None and row[2] is not None:
                 conn.execute(_DELETE_TURNS, (key,))

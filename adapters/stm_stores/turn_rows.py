@@ -44,13 +44,15 @@ class Rows:
 class Split:
     """A state ready to write: the rest of the state as JSON (``head``), the ``layout``
     (JSON: each list's seqs in order) and every turn by seq. A turn equal to the one in
-    ``base`` shares its text object with it, so a writer tells new text by identity."""
+    ``base`` shares its text object with it; ``changed`` are the seqs of the others (new
+    or changed since ``base``), the only turns a writer that holds ``base`` must write."""
 
     revision: int
     head: str
     layout: str
     turns: dict[int, Turn]
     base: Rows | None
+    changed: list[int]
 
 
 def split_state(key: str, state: object, base: Rows | None) -> Split | None:
@@ -70,6 +72,7 @@ def split_state(key: str, state: object, base: Rows | None) -> Split | None:
     known: Callable[[int], Turn | None] = (base.turns if base is not None else _NONE).get
     layout: dict[str, list[int]] = {}
     turns: dict[int, Turn] = {}
+    changed: list[int] = []
     # One pass, as cheap per turn as it can be: a save of a long conversation that gained
     # one turn compares the others with what the store holds and encodes that one.
     for name, items in lists.items():
@@ -81,10 +84,15 @@ def split_state(key: str, state: object, base: Rows | None) -> Split | None:
             if type(seq) is not int or seq in turns:
                 return None  # not a memory state: kept whole
             cached = known(seq)
-            turns[seq] = cached if cached is not None and cached[0] == item else _encode(key, item)
+            if cached is not None and cached[0] == item:
+                turns[seq] = cached
+            else:
+                turns[seq] = _encode(key, item)
+                changed.append(seq)
             seqs.append(seq)
     revision, head = encode_state(key, {k: v for k, v in state.items() if k not in lists})
-    return Split(revision, head, json.dumps(layout, separators=(",", ":")), turns, base)
+    layout_json = json.dumps(layout, separators=(",", ":"))
+    return Split(revision, head, layout_json, turns, base, changed)
 
 
 def join_rows(
