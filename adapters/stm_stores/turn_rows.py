@@ -143,7 +143,10 @@ def _encode(key: str, turn: dict[str, Any]) -> Turn:
             "state does not survive a JSON round trip unchanged (tuples or non-str dict keys?)",
             key=key,
         )
-    return _sharing(turn, decoded), text
+    try:
+        return _sharing(turn, decoded), text
+    except RecursionError:  # nested deeper than Python frames allow: the plain copy
+        return decoded, text
 
 
 #: Immutable values a store's private copy may share with the caller's turn (exact types:

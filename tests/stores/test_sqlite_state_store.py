@@ -383,6 +383,19 @@ async def test_a_turn_changed_in_place_after_a_save_is_written_again(db_path: Pa
         assert await store.load_memory_state(KEY) == state
 
 
+async def test_a_turn_nested_deeper_than_python_frames_is_kept(db_path: Path) -> None:
+    """JSON's encoder takes nesting that copying the turn frame by frame cannot: the store
+    then keeps the plain decoded copy rather than failing the save."""
+    nested: list[Any] = []
+    for _ in range(900):
+        nested = [nested]
+    async with SQLiteStateStore(db_path) as store:
+        state = memory_state(1, [1])
+        state["turns"][0]["artifacts_shown"] = {"deep": nested}
+        await store.save_memory_state_if(KEY, state, expected_revision=None)
+        assert await store.load_memory_state(KEY) == state
+
+
 class _EqualToAnything(str):
     def __eq__(self, other: object) -> bool:
         return True
