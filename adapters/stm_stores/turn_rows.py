@@ -10,6 +10,7 @@ one turn, not the conversation.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -120,15 +121,36 @@ def join_rows(
             turn = None
         if type(seq) is not int or type(turn) is not dict or turn.get("seq") != seq:
             raise CorruptStateError(f"stored turn {seq!r} does not match its row", key=key)
-        turns[seq] = (turn, text)
+        # A turn's keys are the few of to_dict(): interned, they are the very objects a
+        # memory's turn dicts use, which makes comparing them cheap (see _sharing).
+        turns[seq] = ({sys.intern(k): v for k, v in turn.items()}, text)
     state = head
     for name, seqs in lists.items():
         missing = [seq for seq in seqs if seq not in turns]
         if missing:
             raise CorruptStateError(f"stored turns {missing[:5]} of {name!r} are missing", key=key)
-        # Each caller gets its own copy; the store keeps the one it compares against.
-        state[name] = [json.loads(turns[seq][1]) for seq in seqs]
+        # Each caller gets containers of its own; keys, strings and numbers are shared
+        # with the copy the store keeps. A memory loaded from them gives the same strings
+        # back on its next save, which then compares each turn in a few reads.
+        state[name] = [_own_containers(turns[seq]) for seq in seqs]
     return state, turns
+
+
+def _own_containers(turn: Turn) -> dict[str, Any]:
+    try:
+        copied: dict[str, Any] = _copy_containers(turn[0])
+    except RecursionError:  # nested deeper than Python frames allow: decode it again
+        return json.loads(turn[1])  # type: ignore[no-any-return]
+    return copied
+
+
+def _copy_containers(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {k: _copy_containers(v) for k, v in value.items()}
+    if kind is list:
+        return [_copy_containers(v) for v in value]
+    return value  # decoded JSON: str, int, float, bool or None, all immutable
 
 
 def _encode(key: str, turn: dict[str, Any]) -> Turn:

@@ -6,6 +6,7 @@ import json
 import math
 import multiprocessing
 import sqlite3
+import sys
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -381,6 +382,33 @@ async def test_a_turn_changed_in_place_after_a_save_is_written_again(db_path: Pa
             await store.save_memory_state_if(KEY, state, expected_revision=1)
         assert sorted(written) == [1, 3]
         assert await store.load_memory_state(KEY) == state
+
+
+async def test_a_loaded_state_shares_text_with_the_store_but_not_containers(
+    db_path: Path,
+) -> None:
+    """A load gives the caller containers of its own over the strings the store keeps, and
+    the kept turns' keys are interned: a memory loaded from the state and giving it back
+    compares in a few reads, and a caller changing what it loaded is still seen."""
+    async with SQLiteStateStore(db_path) as writer:
+        state = memory_state(1, [1, 2])
+        state["turns"][0]["artifacts_shown"] = {"k": ["v"]}
+        await writer.save_memory_state_if(KEY, state, expected_revision=None)
+    async with SQLiteStateStore(db_path) as store:
+        loaded = await store.load_memory_state(KEY)
+        assert loaded == state
+        kept = store._rows[KEY].turns[1][0]
+        assert loaded["turns"][0]["user_message"] is kept["user_message"]
+        assert loaded["turns"][0]["artifacts_shown"] is not kept["artifacts_shown"]
+        assert loaded["turns"][0]["artifacts_shown"]["k"] is not kept["artifacts_shown"]["k"]
+        assert all(k is sys.intern(k) for k in kept)
+
+        loaded["revision"] = 2
+        loaded["turns"][0]["artifacts_shown"]["k"].append("w")
+        with written_turns(db_path) as written:
+            await store.save_memory_state_if(KEY, loaded, expected_revision=1)
+        assert written == [1]
+        assert await store.load_memory_state(KEY) == loaded
 
 
 async def test_a_turn_nested_deeper_than_python_frames_is_kept(db_path: Path) -> None:
