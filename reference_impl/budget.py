@@ -45,7 +45,7 @@ class Budget:
         """Whether a new memory leaves its turns unmeasured until something measures it
         (``MemoryState.metered``): only with no limit, where nothing but
         ``estimate_tokens`` measures, and an estimator that counts from lengths. Catching
-        up then costs about 0.3 µs per held turn (3 ms at 10,000); an estimator that
+        up then costs about 0.5 µs per held turn (5 ms at 10,000); an estimator that
         encodes text would hold the event loop far longer, so it measures every turn as
         it is added. A memory's state under a limit is therefore metered from the start;
         the measuring methods still meter any state they are given."""
