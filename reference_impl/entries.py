@@ -69,6 +69,7 @@ class Entry:
             rendered = {"user": user, "assistant": assistant}
             if size_of is None:
                 return cls(seq, turn, rendered, rendered.copy)
+            # What measure() does, without its calls: this is every measured add_turn.
             fragment = _plain_fragment(user, assistant)
             return cls(seq, turn, rendered, rendered.copy, fragment, size_of(fragment))
         rendered = render_turn(turn, include_digest=True)

@@ -138,19 +138,11 @@ def join_rows(
 
 def _own_containers(turn: Turn) -> dict[str, Any]:
     try:
-        copied: dict[str, Any] = _copy_containers(turn[0])
+        # Decoded JSON is its own JSON form: this copies its containers, shares the rest.
+        copied: dict[str, Any] = _sharing(turn[0], turn[0])
     except RecursionError:  # nested deeper than Python frames allow: decode it again
         return json.loads(turn[1])  # type: ignore[no-any-return]
     return copied
-
-
-def _copy_containers(value: Any) -> Any:
-    kind = type(value)
-    if kind is dict:
-        return {k: _copy_containers(v) for k, v in value.items()}
-    if kind is list:
-        return [_copy_containers(v) for v in value]
-    return value  # decoded JSON: str, int, float, bool or None, all immutable
 
 
 def _encode(key: str, turn: dict[str, Any]) -> Turn:
