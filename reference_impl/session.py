@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import random
+import secrets
 import time
 import uuid
 from collections import OrderedDict
@@ -360,7 +361,7 @@ class MemoryTurn:
             assistant_response=assistant_response,
             trajectory_digest=digest,
             ts=time.time(),
-            turn_id=uuid.uuid4().hex if turn_id is None else turn_id,
+            turn_id=secrets.token_hex(16) if turn_id is None else turn_id,
         )
         await self._router._record(self._slot, turn, repeatable=turn_id is not None)
         return turn

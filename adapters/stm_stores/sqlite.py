@@ -7,6 +7,7 @@ whole conversation again.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import sqlite3
@@ -16,13 +17,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 
-import anyio.to_thread
-
 from reference_impl.store import CorruptStateError, StaleStateError, StateStoreError
 
+from ._worker import WorkerThread
 from .codec import check_expected_revision, check_key, decode_state, encode_state
 from .turn_rows import Rows, Split, join_rows, split_state
 
@@ -130,7 +131,8 @@ class SQLiteStateStore:
         self._rows: OrderedDict[str, Rows] = OrderedDict()
         #: Writes waiting for the next transaction, and the end of the one running, if any.
         self._queue: list[_Write] = []
-        self._batch_ended: anyio.Event | None = None
+        self._batch_ended: asyncio.Event | None = None
+        self._worker = WorkerThread(f"stm-sqlite:{os.path.basename(self._path)[:32]}")
 
     @property
     def path(self) -> str:
@@ -168,8 +170,10 @@ class SQLiteStateStore:
             row = conn.execute(_SELECT, (key,)).fetchone()
             actual = None
             if row is not None:
-                # The record must decode; its turn rows are checked when loaded.
-                decode_state(key, row[1], row[0])
+                # The record must decode; its turn rows are checked when loaded. One with
+                # the stamp of this store's last write or read of the key decoded then.
+                if not (isinstance(record, Split) and _known(record.base, row)):
+                    decode_state(key, row[1], row[0])
                 actual = row[0]
             if actual != expected_revision:
                 raise StaleStateError(key, expected=expected_revision, actual=actual)
@@ -243,7 +247,7 @@ class SQLiteStateStore:
 
     async def aclose(self) -> None:
         """Like :meth:`close`, without blocking the event loop."""
-        await anyio.to_thread.run_sync(self.close)
+        await self._worker.run(self.close)
 
     async def __aenter__(self) -> Self:
         return self
@@ -281,7 +285,7 @@ class SQLiteStateStore:
             conn.execute(_UPSERT, (key, revision, text, now, None, stamp))
             return None
         base = record.base
-        if base is not None and row is not None and row[2] is not None and row[3] == base.stamp:
+        if base is not None and _known(base, row):
             # The stored rows are the ones this store last wrote or read: write the change.
             gone = base.turns.keys() - record.turns.keys()
             conn.executemany(_DELETE_TURN, ((key, seq) for seq in gone))
@@ -325,10 +329,10 @@ class SQLiteStateStore:
                         self._queue.remove(write)
                     raise
                 continue
-            self._batch_ended = anyio.Event()
+            self._batch_ended = asyncio.Event()
             batch, self._queue = self._queue, []
             try:
-                await anyio.to_thread.run_sync(self._commit, batch)
+                await self._worker.run(partial(self._commit, batch))
             finally:
                 ended, self._batch_ended = self._batch_ended, None
                 ended.set()
@@ -397,7 +401,7 @@ class SQLiteStateStore:
             with self._connection(key, action) as conn:
                 return operation(conn)
 
-        return await anyio.to_thread.run_sync(call)
+        return await self._worker.run(call)
 
     @contextmanager
     def _connection(self, key: str | None, action: str) -> Iterator[sqlite3.Connection]:
@@ -470,6 +474,12 @@ class SQLiteStateStore:
             conn.close()
             raise
         return conn
+
+
+def _known(base: Rows | None, row: tuple[Any, ...] | None) -> bool:
+    """Whether the stored record ``row`` holds the turn rows ``base``: the ones this store
+    last wrote or read, with the stamp still found there."""
+    return base is not None and row is not None and row[2] is not None and row[3] == base.stamp
 
 
 @dataclass(eq=False, slots=True)
