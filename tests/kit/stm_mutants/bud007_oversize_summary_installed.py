@@ -12,6 +12,7 @@ from reference_impl.memory import DefaultShortTermMemory
 
 from . import mutant_provider
 
+SLOW = "two checks of an oversize summary each wait their whole patience for a failure"
 BREAKS = "BUD-007"
 COLLATERAL = {
     "BUD-002": "the oversize summary it installs exceeds summary_max_tokens",

@@ -14,6 +14,7 @@ from reference_impl.memory import DefaultShortTermMemory
 
 from . import mutant_provider
 
+SLOW = "three checks of invalid output each wait their whole patience for the retry it skips"
 BREAKS = "HLT-007"
 COLLATERAL: dict[str, str] = {}
 

@@ -13,6 +13,7 @@ from reference_impl.types import ShortTermMemoryConfig
 
 from . import mutant_provider
 
+SLOW = "checks with a hung summarizer wait their whole patience for a call it never abandons"
 BREAKS = "WM-008"
 COLLATERAL: dict[str, str] = {}
 
