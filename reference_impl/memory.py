@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -240,8 +240,22 @@ class DefaultShortTermMemory:
         the last persist gave the store is given as the same dict: a store reads the state,
         never changes it.
         """
+        save = self._persisting(store, key)
+        if save is not None:
+            # A store may finish a write after its caller was cancelled (SQLite commits in
+            # a thread): shielding keeps the revision in step with what was written.
+            await asyncio.shield(asyncio.ensure_future(save))
+
+    def _persisting(self, store: Any, key: str) -> Coroutine[Any, Any, None] | None:
+        """:meth:`persist` without its shield: the state is taken now, and the returned
+        coroutine saves it and advances the revision (``None``: ``store`` cannot save).
+
+        For a caller that runs it to the end whatever happens to its own caller, such as
+        a task of its own that nobody cancels; cancelled halfway, the revision may fall
+        behind a write that landed.
+        """
         if not hasattr(store, "save_memory_state"):
-            return
+            return None
         memory_state = self._state
         state, self._records = schema.dump_reusing(memory_state, self._config, self._records)
         current = memory_state.revision
@@ -260,9 +274,7 @@ class DefaultShortTermMemory:
             memory_state.revision = current + 1
             memory_state.stored = True
 
-        # A store may finish a write after its caller was cancelled (SQLite commits in a
-        # thread): shielding keeps the revision in step with what was written.
-        await asyncio.shield(asyncio.ensure_future(save()))
+        return save()
 
     async def hydrate(self, store: Any, key: str) -> None:
         """Load through ``store.load_memory_state``; refuse another key's state (KEY-007)."""

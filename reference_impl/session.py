@@ -769,7 +769,7 @@ class MemoryRouter:
             # the summarizer may change the memory while the write is in flight.
             fingerprint = slot.fingerprint()
             try:
-                await slot.memory.persist(store, slot.composite)
+                await _persist(slot.memory, store, slot.composite)
             except StaleStateError as exc:
                 self.stats.conflicts += 1
                 if attempt >= self._retries:
@@ -851,6 +851,17 @@ class MemoryRouter:
                 if slot.memory is memory:
                     return
             # A conflict swapped in a re-hydrated memory: flush that one too.
+
+
+async def _persist(memory: RoutedMemory, store: StateStore, key: str) -> None:
+    """``memory.persist``, from a save task of the router's, which nobody cancels: this
+    package's memory then skips the shield (one more task) it needs for other callers."""
+    if type(memory) is DefaultShortTermMemory:
+        save = memory._persisting(store, key)
+        if save is not None:
+            await save
+    else:
+        await memory.persist(store, key)
 
 
 #: What identifies a stored turn: its ``turn_id``, or for a turn stored without one (by a
