@@ -923,6 +923,43 @@ async def test_each_persist_carries_the_next_revision() -> None:
     await restored.aclose()
 
 
+class LandsAfterCancelStore(ConditionalStore):
+    """Its write lands after its caller was cancelled, as SQLite's worker thread does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writing = asyncio.Event()
+
+    async def save_memory_state_if(
+        self, key: str, state: Mapping[str, Any], *, expected_revision: int | None
+    ) -> None:
+        async def write() -> None:
+            self.writing.set()
+            await asyncio.sleep(0.02)
+            await ConditionalStore.save_memory_state_if(
+                self, key, state, expected_revision=expected_revision
+            )
+
+        await asyncio.shield(asyncio.ensure_future(write()))
+
+
+@pytest.mark.anyio
+@pytest.mark.requirement("SER-006")
+async def test_a_persist_cancelled_while_its_write_lands_keeps_the_revision_in_step() -> None:
+    _, memory = await build("summary-and-pending")
+    store = LandsAfterCancelStore()
+    task = asyncio.ensure_future(memory.persist(store, "k"))
+    await store.writing.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.05)  # the write lands
+    assert memory.to_dict()["revision"] == 1
+    await memory.persist(store, "k")  # expects revision 1: not stale
+    assert [c[2:] for c in store.calls if c[0] == "save_if"] == [(1, None), (2, 1)]
+    await memory.aclose()
+
+
 @pytest.mark.anyio
 @pytest.mark.requirement("SER-006")
 async def test_conditional_save_is_used_and_refuses_a_stale_writer() -> None:
