@@ -88,10 +88,10 @@ class SQLiteStateStore:
     deletes those that left, so a turn's persist costs the size of the change. Any other
     state is kept whole.
 
-    Blocking calls run in a worker thread over one connection, opened on first use
-    and serialised by a lock. ``timeout_s`` bounds how long an operation, the first
-    open included, waits for another process's write lock. Close the store with :meth:`close`,
-    :meth:`aclose` or ``async with``.
+    Blocking calls run one at a time in a thread of the store's own (started on first
+    use, ended after 10 s idle), over one connection opened on first use. ``timeout_s``
+    bounds how long an operation, the first open included, waits for another process's
+    write lock. Close the store with :meth:`close`, :meth:`aclose` or ``async with``.
 
     ``durability="full"`` (the default, as ``sqlite3`` and the OpenAI Agents SDK's
     ``SQLiteSession`` use it) syncs the file on every commit: a save that returned survives
