@@ -64,10 +64,10 @@ class WorkerThread:
         """
         call = _Call(function, asyncio.get_running_loop())
         with self._lock:
-            self._calls.put(call)
-            if not self._running:
-                self._running = True
+            if not self._running:  # started first: if it cannot start, nothing is queued
                 threading.Thread(target=self._serve, name=self._name, daemon=True).start()
+                self._running = True
+            self._calls.put(call)
         interrupted: asyncio.CancelledError | None = None
         while not call.ended:
             try:

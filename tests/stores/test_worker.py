@@ -132,3 +132,22 @@ def test_a_call_whose_loop_closed_does_not_stop_the_thread() -> None:
         return await worker.run(lambda: "served")
 
     assert asyncio.run(later()) == "served"
+
+
+def test_a_thread_that_cannot_start_leaves_nothing_queued(monkeypatch: pytest.MonkeyPatch) -> None:
+    worker = WorkerThread("test-worker")
+    start = threading.Thread.start
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    async def main() -> None:
+        monkeypatch.setattr(threading.Thread, "start", refuse)
+        with pytest.raises(RuntimeError, match="can't start"):
+            await worker.run(lambda: "lost")
+        # Nothing left for a later thread to run, and no thread believed to be running.
+        assert worker._calls.empty() and not worker._running
+        monkeypatch.setattr(threading.Thread, "start", start)
+        assert await asyncio.wait_for(worker.run(lambda: "served"), 5) == "served"
+
+    asyncio.run(main())
