@@ -4,6 +4,7 @@ still waits for its call; errors reach the caller; an idle thread ends and comes
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 
@@ -20,7 +21,7 @@ def test_calls_run_in_one_other_thread_in_order() -> None:
         return index * 2
 
     async def main() -> list[int]:
-        return await asyncio.gather(*(worker.run(lambda i=i: call(i)) for i in range(50)))
+        return await asyncio.gather(*(worker.run(functools.partial(call, i)) for i in range(50)))
 
     assert asyncio.run(main()) == [i * 2 for i in range(50)]
     assert [index for index, _ in seen] == list(range(50))
