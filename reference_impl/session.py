@@ -24,6 +24,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import random
 import secrets
 import time
@@ -425,9 +426,11 @@ class MemoryRouter:
       router hydrates a fresh memory, re-applies its unsaved turns and saves again, up to
       ``conflict_retries`` times, then raises :class:`PersistConflictError`. Saves are
       shielded from the caller's cancellation, so a write that lands anyway is accounted.
-    * Summaries (``rolling_summary``): after each turn an owned task waits for
-      ``memory.flush()`` and saves the new summary. :meth:`flush` and :meth:`aclose` do
-      the same on demand.
+    * Summaries (``rolling_summary``): after each turn an owned task waits
+      ``summary_save_delay_s``, then for ``memory.flush()``, and saves the new summary if
+      no turn's save took it along meanwhile: back-to-back turns share the summary's
+      commit instead of paying one more each. :meth:`flush` and :meth:`aclose` save at
+      once.
 
     Without a store nothing is hydrated or saved, and an evicted memory is gone.
     """
@@ -441,6 +444,7 @@ class MemoryRouter:
         max_memories: int = 1024,
         memory_factory: MemoryFactory | None = None,
         conflict_retries: int = 3,
+        summary_save_delay_s: float = 0.05,
     ) -> None:
         """Create a router.
 
@@ -452,6 +456,10 @@ class MemoryRouter:
             memory_factory: builds the memory of a key; default
                 ``DefaultShortTermMemory(config=config, summarizer=summarizer, key=key)``.
             conflict_retries: re-hydrate-and-retry rounds after a stale save (>= 0).
+            summary_save_delay_s: how long a summary made in the background may wait for
+                a turn to save it along before it is saved alone (>= 0 s). Losing it in a
+                crash loses the summarizer's work, not a turn: the turns it covers stay
+                stored as pending until a saved summary covers them.
         """
         if not isinstance(config, ShortTermMemoryConfig):
             raise TypeError("config must be a ShortTermMemoryConfig")
@@ -463,6 +471,10 @@ class MemoryRouter:
             raise TypeError("conflict_retries must be an int")
         if conflict_retries < 0:
             raise ValueError("conflict_retries must be >= 0")
+        if type(summary_save_delay_s) not in (int, float):
+            raise TypeError("summary_save_delay_s must be a number of seconds")
+        if not 0 <= summary_save_delay_s < math.inf:
+            raise ValueError("summary_save_delay_s must be finite and >= 0")
         if memory_factory is None and config.strategy == "rolling_summary" and summarizer is None:
             raise ValueError("rolling_summary requires a summarizer (or a memory_factory)")
         self._config = config
@@ -471,6 +483,7 @@ class MemoryRouter:
         self._max = max_memories
         self._factory = memory_factory
         self._retries = conflict_retries
+        self._summary_delay_s = float(summary_save_delay_s)
         # A router without a custom factory and strategy "none" has nothing to remember.
         self._disabled = memory_factory is None and config.strategy == "none"
         self._background = config.strategy == "rolling_summary"
@@ -834,6 +847,8 @@ class MemoryRouter:
     async def _flush_loop(self, slot: _Slot) -> None:
         while not slot.retired:
             generation = slot.generation
+            # Turns saved meanwhile take the summary along: one commit, not one each.
+            await asyncio.sleep(self._summary_delay_s)
             await self._flush_and_save(slot)
             if slot.generation == generation:
                 return

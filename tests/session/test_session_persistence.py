@@ -273,6 +273,45 @@ async def test_background_summary_is_saved_and_seen_by_a_new_process(tmp_path: P
     await store.aclose()
 
 
+async def test_back_to_back_turns_take_the_background_summary_along(tmp_path: Path) -> None:
+    store = SQLiteStateStore(tmp_path / "state.db")
+    router = MemoryRouter(
+        session_workers.coverage_config(),
+        store=store,
+        summarizer=session_workers.CoverageSummarizer(),
+        summary_save_delay_s=1.0,
+    )
+    turns = 40  # window 3: from the fourth turn on, each turn evicts one to summarize
+    started = time.monotonic()
+    for index in range(turns):
+        await _finish(router, f"TURN-{index}")
+    assert time.monotonic() - started < 1.0, "too slow to test within the delay"
+    # One save per turn; the summaries rode along with the turns' saves, none alone.
+    assert router.stats.persists == turns
+    deadline = time.monotonic() + 10
+    while True:  # no more turns: the last summary is saved alone, after the delay
+        state = await store.load_memory_state(KEY.composite())
+        assert state is not None
+        if state["pending"] == [] or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    assert state["pending"] == []
+    assert state["summary"] == " ".join(f"TURN-{i}" for i in range(turns - 3))
+    assert router.stats.persists == turns + 1
+    await router.aclose()
+    await store.aclose()
+
+
+@pytest.mark.parametrize(
+    ("delay", "error"),
+    [(-0.1, ValueError), (float("nan"), ValueError), (float("inf"), ValueError),
+     ("0.1", TypeError), (True, TypeError), (None, TypeError)],
+)  # fmt: skip
+def test_summary_save_delay_is_a_finite_non_negative_number(delay: Any, error: type) -> None:
+    with pytest.raises(error, match="summary_save_delay_s"):
+        MemoryRouter(_truncation(), summary_save_delay_s=delay)
+
+
 # -- LRU bound ---------------------------------------------------------------------------
 
 
