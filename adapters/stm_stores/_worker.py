@@ -45,15 +45,20 @@ class _Call(Generic[_T]):
 
 
 class WorkerThread:
-    """Runs functions in one daemon thread, started on first use, ended when idle."""
+    """Runs functions in one daemon thread, started on first use, ended when idle or
+    stopped."""
 
     def __init__(self, name: str, idle_s: float = IDLE_S) -> None:
         self._name = name
         self._idle_s = idle_s
-        self._calls: queue.SimpleQueue[_Call[Any]] = queue.SimpleQueue()
+        # The running thread and its queue of calls (``None``: no thread). A stopped thread
+        # keeps its queue, and the next thread waits for it to end: calls still run one at
+        # a time, in order.
+        self._thread: threading.Thread | None = None
+        self._inbox: queue.SimpleQueue[_Call[Any] | None] | None = None
+        self._stopped: threading.Thread | None = None
         # Guards starting and ending the thread against a call queued in between.
         self._lock = threading.Lock()
-        self._running = False
 
     async def run(self, function: Callable[[], _T]) -> _T:
         """Run ``function`` in the thread and return its result or raise its error.
@@ -64,10 +69,15 @@ class WorkerThread:
         """
         call = _Call(function, asyncio.get_running_loop())
         with self._lock:
-            if not self._running:  # started first: if it cannot start, nothing is queued
-                threading.Thread(target=self._serve, name=self._name, daemon=True).start()
-                self._running = True
-            self._calls.put(call)
+            inbox = self._inbox
+            if inbox is None:
+                inbox = queue.SimpleQueue()
+                thread = threading.Thread(
+                    target=self._serve, args=(inbox, self._stopped), name=self._name, daemon=True
+                )
+                thread.start()  # first: a thread that cannot start leaves nothing queued
+                self._thread, self._inbox, self._stopped = thread, inbox, None
+            inbox.put(call)
         interrupted: asyncio.CancelledError | None = None
         while not call.ended:
             try:
@@ -83,16 +93,32 @@ class WorkerThread:
             raise call.error
         return call.result  # type: ignore[return-value]
 
-    def _serve(self) -> None:
+    def stop(self) -> None:
+        """End the thread once the calls queued so far have run; a later call starts
+        another. Callable from the thread itself."""
+        with self._lock:
+            if self._inbox is not None:
+                self._inbox.put(None)
+                self._stopped = self._thread
+                self._thread = self._inbox = None
+
+    def _serve(
+        self, inbox: queue.SimpleQueue[_Call[Any] | None], previous: threading.Thread | None
+    ) -> None:
+        if previous is not None:
+            previous.join()
         while True:
             try:
-                call = self._calls.get(timeout=self._idle_s)
+                call = inbox.get(timeout=self._idle_s)
             except queue.Empty:
                 with self._lock:
-                    if self._calls.empty():
-                        self._running = False
+                    if inbox.empty():
+                        if self._inbox is inbox:
+                            self._thread = self._inbox = None
                         return
                 continue
+            if call is None:  # stopped
+                return
             try:
                 call.result = call.function()
             except BaseException as exc:  # the caller's to handle, whatever it is

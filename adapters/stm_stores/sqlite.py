@@ -244,6 +244,7 @@ class SQLiteStateStore:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+        self._worker.stop()  # a closed store keeps no idle thread
 
     async def aclose(self) -> None:
         """Like :meth:`close`, without blocking the event loop."""
@@ -318,6 +319,7 @@ class SQLiteStateStore:
         taken is dropped; one already taken completes, as any write a caller stopped
         waiting for.
         """
+        self._check_open(write.key, write.action)
         self._queue.append(write)
         while not write.done:
             if self._batch_ended is not None:  # another task leads
@@ -401,13 +403,18 @@ class SQLiteStateStore:
             with self._connection(key, action) as conn:
                 return operation(conn)
 
+        self._check_open(key, action)
         return await self._worker.run(call)
+
+    def _check_open(self, key: str | None, action: str) -> None:
+        # Checked again under the lock in the thread; this spares starting one to say so.
+        if self._closed:
+            raise StateStoreError(f"cannot {action}: store is closed", key=key)
 
     @contextmanager
     def _connection(self, key: str | None, action: str) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            if self._closed:
-                raise StateStoreError(f"cannot {action}: store is closed", key=key)
+            self._check_open(key, action)
             try:
                 if self._conn is None:
                     self._conn = self._connect()

@@ -7,6 +7,8 @@ import math
 import multiprocessing
 import sqlite3
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -619,6 +621,28 @@ async def test_a_write_cancelled_before_its_transaction_is_not_written(db_path: 
         await store.save_memory_state("third", memory_state(1, [1]))
         assert await store.keys() == ["first", "third"]
         assert await store.load_memory_state("first") == memory_state(2, [1, 2])
+
+
+async def test_a_closed_store_leaves_no_thread_behind(tmp_path: Path) -> None:
+    for close in ("aclose", "close"):
+        path = tmp_path / f"{close}.db"
+        name = f"stm-sqlite:{path.name}"
+        store = SQLiteStateStore(path)
+        await store.save_memory_state(KEY, memory_state(1, [1]))
+        assert any(t.name == name for t in threading.enumerate())
+        if close == "aclose":
+            await store.aclose()
+        else:
+            store.close()
+        deadline = time.monotonic() + 5  # well under the 10 s an idle thread would linger
+        while any(t.name == name for t in threading.enumerate()):
+            assert time.monotonic() < deadline, f"{close}() left the store's thread running"
+            await anyio.sleep(0.01)
+        with pytest.raises(StateStoreError, match="closed"):
+            await store.keys()
+        with pytest.raises(StateStoreError, match="closed"):
+            await store.save_memory_state(KEY, memory_state(2, [1, 2]))
+        assert not any(t.name == name for t in threading.enumerate())  # refused at once
 
 
 async def test_durability_is_full_unless_asked(db_path: Path) -> None:

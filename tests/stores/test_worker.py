@@ -146,9 +146,36 @@ def test_a_thread_that_cannot_start_leaves_nothing_queued(monkeypatch: pytest.Mo
         monkeypatch.setattr(threading.Thread, "start", refuse)
         with pytest.raises(RuntimeError, match="can't start"):
             await worker.run(lambda: "lost")
-        # Nothing left for a later thread to run, and no thread believed to be running.
-        assert worker._calls.empty() and not worker._running
+        assert worker._inbox is None  # nothing queued for a thread believed to run
         monkeypatch.setattr(threading.Thread, "start", start)
         assert await asyncio.wait_for(worker.run(lambda: "served"), 5) == "served"
+
+    asyncio.run(main())
+
+
+def test_stop_ends_the_thread_after_the_calls_queued_before_it() -> None:
+    worker = WorkerThread("test-worker-stop")
+    release = threading.Event()
+    order: list[str] = []
+
+    def first() -> None:
+        release.wait(5)
+        order.append("first")
+
+    async def main() -> None:
+        queued = asyncio.create_task(worker.run(first))
+        await asyncio.sleep(0.01)
+        worker.stop()
+        later = asyncio.create_task(worker.run(lambda: order.append("later")))
+        await asyncio.sleep(0.05)
+        assert order == [], "a call queued after the stop ran before one queued before it"
+        release.set()
+        await asyncio.gather(queued, later)
+        assert sorted(order) == ["first", "later"]
+        worker.stop()
+        deadline = time.monotonic() + 5
+        while any(t.name == "test-worker-stop" for t in threading.enumerate()):
+            assert time.monotonic() < deadline, "the stopped thread did not end"
+            await asyncio.sleep(0.01)
 
     asyncio.run(main())
