@@ -407,7 +407,8 @@ class SQLiteStateStore:
         return await self._worker.run(call)
 
     def _check_open(self, key: str | None, action: str) -> None:
-        # Checked again under the lock in the thread; this spares starting one to say so.
+        """Raise if the store is closed: before a call goes to the thread (a closed store
+        starts none), and again under the lock there (closed meanwhile)."""
         if self._closed:
             raise StateStoreError(f"cannot {action}: store is closed", key=key)
 

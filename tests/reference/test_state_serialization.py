@@ -12,6 +12,7 @@ import copy
 import functools
 import json
 import logging
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -953,8 +954,10 @@ async def test_a_persist_cancelled_while_its_write_lands_keeps_the_revision_in_s
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await asyncio.sleep(0.05)  # the write lands
-    assert memory.to_dict()["revision"] == 1
+    deadline = time.monotonic() + 5
+    while memory.to_dict()["revision"] != 1:  # the write lands, and the memory counts it
+        assert time.monotonic() < deadline, "the landed write's revision was never counted"
+        await asyncio.sleep(0.01)
     await memory.persist(store, "k")  # expects revision 1: not stale
     assert [c[2:] for c in store.calls if c[0] == "save_if"] == [(1, None), (2, 1)]
     await memory.aclose()
