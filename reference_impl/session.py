@@ -426,11 +426,11 @@ class MemoryRouter:
       router hydrates a fresh memory, re-applies its unsaved turns and saves again, up to
       ``conflict_retries`` times, then raises :class:`PersistConflictError`. Saves are
       shielded from the caller's cancellation, so a write that lands anyway is accounted.
-    * Summaries (``rolling_summary``): after each turn an owned task waits
-      ``summary_save_delay_s``, then for ``memory.flush()``, and saves the new summary if
-      no turn's save took it along meanwhile: back-to-back turns share the summary's
-      commit instead of paying one more each. :meth:`flush` and :meth:`aclose` save at
-      once.
+    * Summaries (``rolling_summary``): after each turn an owned task waits until no turn
+      has come for ``summary_save_delay_s``, then for ``memory.flush()``, and saves the
+      new summary if no turn's save took it along: turns that keep coming share the
+      summary's commit instead of paying one more each. :meth:`flush` and :meth:`aclose`
+      save at once.
 
     Without a store nothing is hydrated or saved, and an evicted memory is gone.
     """
@@ -456,10 +456,11 @@ class MemoryRouter:
             memory_factory: builds the memory of a key; default
                 ``DefaultShortTermMemory(config=config, summarizer=summarizer, key=key)``.
             conflict_retries: re-hydrate-and-retry rounds after a stale save (>= 0).
-            summary_save_delay_s: how long a summary made in the background may wait for
-                a turn to save it along before it is saved alone (>= 0 s). Losing it in a
-                crash loses the summarizer's work, not a turn: the turns it covers stay
-                stored as pending until a saved summary covers them.
+            summary_save_delay_s: how long a key must go without a turn before a summary
+                made in the background is saved alone rather than along with the next
+                turn (>= 0 s). Losing it in a crash loses the summarizer's work, not a
+                turn: the turns it covers stay stored as pending until a saved summary
+                covers them.
         """
         if not isinstance(config, ShortTermMemoryConfig):
             raise TypeError("config must be a ShortTermMemoryConfig")
@@ -845,10 +846,18 @@ class MemoryRouter:
         task.add_done_callback(_log_task_failure)
 
     async def _flush_loop(self, slot: _Slot) -> None:
+        """Save the key's summary once no turn has come for ``summary_save_delay_s``.
+
+        While turns keep coming, each turn's save takes the summaries installed before it
+        along: a summary saved alone between them would be one more commit per turn (with
+        many keys, each turn comes about as often as the delay ends). The store is then
+        at most the summaries made since the last turn behind, which the quiet spell
+        after the last turn saves."""
         while not slot.retired:
             generation = slot.generation
-            # Turns saved meanwhile take the summary along: one commit, not one each.
             await asyncio.sleep(self._summary_delay_s)
+            if slot.generation != generation:
+                continue  # a turn came meanwhile: wait for a quiet spell
             await self._flush_and_save(slot)
             if slot.generation == generation:
                 return

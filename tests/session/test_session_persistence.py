@@ -302,6 +302,36 @@ async def test_back_to_back_turns_take_the_background_summary_along(tmp_path: Pa
     await store.aclose()
 
 
+async def test_turns_that_keep_coming_carry_the_summary_and_it_is_saved_once_they_stop(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStateStore(tmp_path / "state.db")
+    router = MemoryRouter(
+        session_workers.coverage_config(),
+        store=store,
+        summarizer=session_workers.CoverageSummarizer(),
+        summary_save_delay_s=0.3,
+    )
+    turns = 20  # 0.6 s in all, each 0.03 s after the one before: never 0.3 s without one
+    for index in range(turns):
+        await _finish(router, f"TURN-{index}")
+        await asyncio.sleep(0.03)
+    # Every summary but the last rode along with a turn's save; none was saved alone.
+    assert router.stats.persists == turns
+    deadline = time.monotonic() + 10
+    while True:  # no more turns: after the quiet spell the last summary is saved alone
+        state = await store.load_memory_state(KEY.composite())
+        assert state is not None
+        if state["pending"] == [] or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.02)
+    assert state["pending"] == []
+    assert state["summary"] == " ".join(f"TURN-{i}" for i in range(turns - 3))
+    assert router.stats.persists == turns + 1
+    await router.aclose()
+    await store.aclose()
+
+
 @pytest.mark.parametrize(
     ("delay", "error"),
     [(-0.1, ValueError), (float("nan"), ValueError), (float("inf"), ValueError),
