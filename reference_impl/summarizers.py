@@ -47,7 +47,6 @@ _ELLIPSIS = "…"
 _CHUNK = 200
 _SUMMARY_TAGS = ("<session_summary>", "</session_summary>")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
-_WHITESPACE = re.compile(r"\s+")
 _FENCED = re.compile(r"\A\s*```[\w-]*[ \t]*\n(?P<body>.*?)\n?[ \t]*```\s*\Z", re.DOTALL)
 
 
@@ -111,7 +110,9 @@ def _validate_payload(payload: Any) -> tuple[str, list[Mapping[str, Any]]]:
 
 
 def _one_line(text: str) -> str:
-    return _WHITESPACE.sub(" ", text).strip()
+    # Runs of whitespace to one space, none at either end: str.split() and re's \s agree
+    # on what whitespace is (str.isspace), and splitting is a third of the regex's cost.
+    return " ".join(text.split())
 
 
 def _clip(text: str, limit: int) -> str:
@@ -126,10 +127,13 @@ def _first_sentence(text: str) -> str:
 
 def _unwrap_summary_lines(summary: str) -> list[str]:
     # Tags are dropped so that discarding old lines can never leave an unbalanced tag.
+    # No tag holds a line break, so dropping them from the whole text drops what dropping
+    # them line by line would (it may join a "\r" and "\n" around a tag: one blank line
+    # fewer, and blank lines are dropped), at one call per tag instead of two per line.
+    for tag in _SUMMARY_TAGS:
+        summary = summary.replace(tag, "")
     lines = []
     for raw in summary.splitlines():
-        for tag in _SUMMARY_TAGS:
-            raw = raw.replace(tag, "")
         line = raw.strip()
         if line:
             lines.append(line)

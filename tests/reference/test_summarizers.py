@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from reference_impl.summarizers import (
     RuleBasedSummarizer,
     SummarizerOutputError,
+    _one_line,
     _unwrap_summary_lines,
     build_summary_messages,
     llm_summarizer,
@@ -51,6 +53,34 @@ def _erratic(text: str) -> int:
 ESTIMATORS: list[Callable[[str], int]] = [default_token_estimator, len, _word_count, _erratic]
 
 # ----------------------------------------------------------------------- rule-based
+
+
+# Text made of what the two helpers below treat specially: tags, their pieces, every kind
+# of line break and of whitespace str.splitlines and str.split know, and plain letters.
+_PIECES = st.sampled_from(
+    ["<session_summary>", "</session_summary>", "<session_", "summary>", "</", "\r", "\n",
+     "\r\n", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u2029", " ", "\t", "\xa0",
+     "\u3000", "\u200b", "a", "é", "😀"]
+)  # fmt: skip
+_TEXT = st.lists(_PIECES, max_size=40).map("".join)
+
+
+@given(_TEXT)
+@settings(max_examples=300, deadline=None)
+def test_one_line_collapses_whitespace_as_the_regex_reading_does(text: str) -> None:
+    assert _one_line(text) == re.sub(r"\s+", " ", text).strip()
+
+
+@given(_TEXT)
+@settings(max_examples=300, deadline=None)
+def test_unwrapped_lines_are_the_non_blank_lines_without_tags(text: str) -> None:
+    by_line = []
+    for raw in text.splitlines():
+        for tag in ("<session_summary>", "</session_summary>"):
+            raw = raw.replace(tag, "")
+        if raw.strip():
+            by_line.append(raw.strip())
+    assert _unwrap_summary_lines(text) == by_line
 
 
 @pytest.mark.anyio
