@@ -5,7 +5,8 @@ installed), budget (no limit; ``total_max_tokens=10000``) and number of retained
 both memories are filled with N turns (``rolling_summary``, ``full_zone_turns=5``, a
 summarizer that never answers, so evicted turns stay pending) and then timed:
 
-* ``add_turn``: K more turns (K = min(200, N/4), so the memory holds N..1.25 N turns);
+* ``add_turn``: K more turns (K = min(200, N/4), so the memory holds N..1.25 N turns),
+  each timed alone: the mean per call, and the median call (``add_turn median call``);
 * ``get_llm_context`` and ``estimate_tokens``: K calls on the filled memory (the first
   ``estimate_tokens`` call is also kept alone, as ``first estimate_tokens``);
 * ``add+context``: K agent turns, each ``add_turn`` then ``get_llm_context``.
@@ -64,6 +65,9 @@ OPERATIONS = ("add_turn", "get_llm_context", "estimate_tokens", "add+context")
 #: The first of the timed ``estimate_tokens`` calls alone (µs; also in its mean): a memory
 #: that nothing measured yet measures its retained turns then (docs/performance.md).
 FIRST_ESTIMATE = "first estimate_tokens"
+#: The median of the K ``add_turn`` calls timed one by one: the typical call, without the
+#: first call after the collection and the cold caches that weigh on a mean of 25 calls.
+MEDIAN_ADD = "add_turn median call"
 TIKTOKEN_MAX_SIZE = 1600
 
 
@@ -162,8 +166,14 @@ async def time_cell(impl: Impl, total: int, estimator: Any, size: int) -> dict[s
         gc.collect()
         start = time.perf_counter_ns()
         if operation == "add_turn":
+            took = []
             for turn in turns:
+                begun = time.perf_counter_ns()
                 await memory.add_turn(turn)
+                took.append(time.perf_counter_ns() - begun)
+            # The calls alone, not the clock readings around them.
+            out[operation] = sum(took) / calls / 1000
+            out[MEDIAN_ADD] = statistics.median(took) / 1000
         elif operation == "get_llm_context":
             for _ in range(calls):
                 await memory.get_llm_context()
@@ -176,7 +186,7 @@ async def time_cell(impl: Impl, total: int, estimator: Any, size: int) -> dict[s
             for turn in turns:
                 await memory.add_turn(turn)
                 await memory.get_llm_context()
-        out[operation] = (time.perf_counter_ns() - start) / calls / 1000
+        out.setdefault(operation, (time.perf_counter_ns() - start) / calls / 1000)
         await close(memory)
     return out
 
@@ -200,7 +210,8 @@ def operations_table(impls: list[Impl], sizes: list[int], rounds: int) -> list[d
     rows = []
     for estimator, total, size in cells(sizes, list(found)):
         samples: dict[str, dict[str, list[float]]] = {
-            impl.name: {op: [] for op in (*OPERATIONS, FIRST_ESTIMATE)} for impl in impls
+            impl.name: {op: [] for op in (*OPERATIONS, FIRST_ESTIMATE, MEDIAN_ADD)}
+            for impl in impls
         }
         for r in range(rounds):
             for impl in impls if r % 2 == 0 else impls[::-1]:
@@ -224,6 +235,10 @@ def print_row(row: dict[str, Any], impls: list[Impl]) -> None:
         if len(impls) > 1:
             theirs = row["penguiflow"][op]["median"]
             text += f" (pf {theirs:8.1f}, x{theirs / ours:5.1f})"
+        if op == "add_turn":
+            text += f" median call {row['reference'][MEDIAN_ADD]['median']:.1f}"
+            if len(impls) > 1:
+                text += f" (pf {row['penguiflow'][MEDIAN_ADD]['median']:.1f})"
         parts.append(text)
     print(label, " | ".join(parts), flush=True)
 
