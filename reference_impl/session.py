@@ -850,9 +850,9 @@ class MemoryRouter:
 
         While turns keep coming, each turn's save takes the summaries installed before it
         along: a summary saved alone between them would be one more commit per turn (with
-        many keys, each turn comes about as often as the delay ends). The store is then
-        at most the summaries made since the last turn behind, which the quiet spell
-        after the last turn saves."""
+        many keys, each turn comes about as often as the delay ends). The stored state
+        then lacks at most the summaries made since the key's last turn, which the quiet
+        spell after that turn saves."""
         while not slot.retired:
             generation = slot.generation
             await asyncio.sleep(self._summary_delay_s)

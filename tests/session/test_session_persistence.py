@@ -310,12 +310,16 @@ async def test_turns_that_keep_coming_carry_the_summary_and_it_is_saved_once_the
         session_workers.coverage_config(),
         store=store,
         summarizer=session_workers.CoverageSummarizer(),
-        summary_save_delay_s=0.3,
+        summary_save_delay_s=0.5,
     )
-    turns = 20  # 0.6 s in all, each 0.03 s after the one before: never 0.3 s without one
+    # 30 turns 0.02 s apart: longer in all than the delay, never the delay without a turn.
+    turns, longest_gap, last = 30, 0.0, time.monotonic()
     for index in range(turns):
         await _finish(router, f"TURN-{index}")
-        await asyncio.sleep(0.03)
+        now = time.monotonic()
+        longest_gap, last = max(longest_gap, now - last), now
+        await asyncio.sleep(0.02)
+    assert longest_gap < 0.45, f"the machine stalled {longest_gap:.2f}s between two turns"
     # Every summary but the last rode along with a turn's save; none was saved alone.
     assert router.stats.persists == turns
     deadline = time.monotonic() + 10
