@@ -9,7 +9,7 @@ type) or ``ValueError`` (bad value) naming where the problem is, before anything
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeAlias
 
 from .types import ConversationTurn, TrajectoryDigest
 
@@ -61,6 +61,8 @@ def check_json(value: Any, where: str, *, max_depth: int = MAX_DEPTH) -> None:
     Raises:
         TypeError: a value of another type. ValueError: a bad value, or too deep.
     """
+    if max_depth >= 2 and _flat_and_plain(value):
+        return
     try:
         _walk(value, where, max_depth)
     except (TypeError, ValueError) as exc:
@@ -71,30 +73,75 @@ def check_json(value: Any, where: str, *, max_depth: int = MAX_DEPTH) -> None:
         raise type(exc)(text) from None
 
 
+def _flat_and_plain(value: Any) -> bool:
+    """Whether ``value`` is a dict whose keys are text and whose values are text, finite
+    numbers, ``None`` or empty containers, all of exactly those types: what the walk
+    below passes, checked without it. Most turns of a loaded state are such a dict; the
+    walk decides anything else (and names the problem)."""
+    if type(value) is not dict:
+        return False
+    for key, item in value.items():
+        if type(key) is not str or text_problem(key) is not None:
+            return False
+        kind = type(item)
+        if kind is str:
+            if text_problem(item) is not None:
+                return False
+        elif kind is float:
+            if item - item != 0.0:  # NaN for NaN and ±inf
+                return False
+        elif kind is dict or kind is list:
+            if item:
+                return False
+        elif not (kind is int or kind is bool or item is None):
+            return False
+    return True
+
+
+#: Where a value sits below the checked one: its container's place and its own key or
+#: index (``None`` for the checked value itself). Written out only for an error message.
+_Place: TypeAlias = "tuple[_Place, str | int] | None"
+
+
 def _walk(value: Any, where: str, max_depth: int) -> None:
-    stack: list[tuple[Any, str, int]] = [(value, where, 0)]
+    # Each stack entry keeps its place as a chain of keys, written out as a path only for
+    # an error: a loaded state of 10,000 turns has some 100,000 values to check.
+    stack: list[tuple[Any, _Place, int]] = [(value, None, 0)]
     while stack:  # iterative: deep input must not exhaust the recursion limit first
-        item, path, depth = stack.pop()
+        item, place, depth = stack.pop()
         if isinstance(item, str):
-            check_text(item, path)
+            problem = text_problem(item)
+            if problem is not None:
+                raise ValueError(f"{_path(where, place)}: {problem}")
         elif isinstance(item, bool) or item is None or isinstance(item, int):
             continue
         elif isinstance(item, float):
             if not math.isfinite(item):
-                raise ValueError(f"{path}: {item!r} is not a finite number")
+                raise ValueError(f"{_path(where, place)}: {item!r} is not a finite number")
         elif isinstance(item, dict | list):
             if depth >= max_depth:
-                raise ValueError(f"{path}: nested deeper than {max_depth} levels")
+                raise ValueError(f"{_path(where, place)}: nested deeper than {max_depth} levels")
             if isinstance(item, list):
-                stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(item))
+                stack.extend((v, (place, i), depth + 1) for i, v in enumerate(item))
                 continue
             for k, v in item.items():
                 if not isinstance(k, str):
-                    raise TypeError(f"{path}: key {k!r} is not a str")
-                check_text(k, f"{path} key {k!r}")
-                stack.append((v, f"{path}[{k!r}]", depth + 1))
+                    raise TypeError(f"{_path(where, place)}: key {k!r} is not a str")
+                problem = text_problem(k)
+                if problem is not None:
+                    raise ValueError(f"{_path(where, place)} key {k!r}: {problem}")
+                stack.append((v, (place, k), depth + 1))
         else:
-            raise TypeError(f"{path}: {type(item).__name__} is not plain JSON data")
+            raise TypeError(f"{_path(where, place)}: {type(item).__name__} is not plain JSON data")
+
+
+def _path(where: str, place: _Place) -> str:
+    """``where`` followed by ``[key]`` for each step of ``place`` (``['a'][0]``)."""
+    keys: list[str | int] = []
+    while place is not None:
+        place, key = place
+        keys.append(key)
+    return where + "".join(f"[{key!r}]" for key in reversed(keys))
 
 
 def check_turn(turn: Any) -> None:

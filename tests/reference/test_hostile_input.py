@@ -8,12 +8,15 @@ import contextlib
 import copy
 import json
 import logging
+import math
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from stm_stores import SQLiteStateStore
 
 from reference_impl import (
@@ -202,6 +205,78 @@ def test_check_json_names_the_path_and_the_problem() -> None:
     with pytest.raises(TypeError, match="key 1 is not a str"):
         check_json({1: "a"}, "x")
     check_json({"a": [1, 2.5, None, True, "é", {"b": []}]}, "x")  # plain data passes
+
+
+def _check_json_by_paths(value: Any, where: str, max_depth: int) -> None:
+    """``check_json`` as first written: a path string for every value on the way. The
+    reading that names each problem plainly, kept to judge the one that writes a path only
+    for the error."""
+    stack: list[tuple[Any, str, int]] = [(value, where, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ValueError(
+                    f"{path}: lone surrogate {item[exc.start]!r} at index {exc.start}: "
+                    "not valid Unicode text"
+                ) from None
+        elif isinstance(item, bool) or item is None or isinstance(item, int):
+            continue
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise ValueError(f"{path}: {item!r} is not a finite number")
+        elif isinstance(item, dict | list):
+            if depth >= max_depth:
+                raise ValueError(f"{path}: nested deeper than {max_depth} levels")
+            if isinstance(item, list):
+                stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(item))
+                continue
+            for k, v in item.items():
+                if not isinstance(k, str):
+                    raise TypeError(f"{path}: key {k!r} is not a str")
+                _check_json_by_paths(k, f"{path} key {k!r}", 1)
+                stack.append((v, f"{path}[{k!r}]", depth + 1))
+        else:
+            raise TypeError(f"{path}: {type(item).__name__} is not plain JSON data")
+
+
+# Lone surrogates among the characters (hypothesis' own text strategies leave them out).
+_TEXT = st.text(st.sampled_from(["a", "é", "\x00", "🐧", "\ud800", "\udfff"]), max_size=4)
+_LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),  # NaN and ±inf among them
+    _TEXT,
+    st.tuples(st.integers()),
+    st.builds(object),
+)
+_KEYS = st.one_of(_TEXT, st.integers(0, 3))
+_VALUES = st.recursive(
+    _LEAVES,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@given(_VALUES, st.integers(0, 4))
+@settings(max_examples=400, deadline=None)
+def test_check_json_refuses_what_the_plain_reading_refuses_with_the_same_message(
+    value: Any, max_depth: int
+) -> None:
+    expected: Exception | None = None
+    try:
+        _check_json_by_paths(value, "x", max_depth)
+    except (TypeError, ValueError) as exc:
+        expected = exc
+    if expected is None:
+        check_json(value, "x", max_depth=max_depth)
+        return
+    with pytest.raises(type(expected)) as raised:
+        check_json(value, "x", max_depth=max_depth)
+    assert str(raised.value) == str(expected)
 
 
 @pytest.mark.requirement("HLT-007")
