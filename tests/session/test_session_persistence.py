@@ -222,6 +222,17 @@ async def test_memories_in_use_are_never_evicted() -> None:
 # -- summaries reach the store in the background -----------------------------------------
 
 
+async def _stored_once_summarized(store: SQLiteStateStore) -> dict[str, Any]:
+    """The stored state of ``KEY`` once it has no pending turn, or as it is after 10 s."""
+    deadline = time.monotonic() + 10
+    while True:
+        state = await store.load_memory_state(KEY.composite())
+        assert state is not None
+        if state["pending"] == [] or time.monotonic() > deadline:
+            return state
+        await asyncio.sleep(0.02)
+
+
 def _run_print_memory(db: Path, key: MemoryKey) -> dict[str, Any]:
     """The ``conversation_memory`` a new router in a new process injects for ``key``."""
     code = "import session_workers; session_workers.print_memory_main()"
@@ -256,13 +267,8 @@ async def test_background_summary_is_saved_and_seen_by_a_new_process(tmp_path: P
     assert state is not None and state["summary"] == ""
     assert [t["user_message"] for t in state["pending"]] == ["TURN-0", "TURN-1"]
 
-    deadline = time.monotonic() + 10
-    while True:  # no flush() or aclose(): the router's own task saves the summary
-        state = await store.load_memory_state(KEY.composite())
-        assert state is not None
-        if state["pending"] == [] or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.05)
+    # No flush() or aclose(): the router's own task saves the summary.
+    state = await _stored_once_summarized(store)
     assert state["pending"] == [] and state["summary"] == "TURN-0 TURN-1"
 
     memory = await asyncio.to_thread(_run_print_memory, db, KEY)
@@ -288,13 +294,7 @@ async def test_back_to_back_turns_take_the_background_summary_along(tmp_path: Pa
     assert time.monotonic() - started < 1.0, "too slow to test within the delay"
     # One save per turn; the summaries rode along with the turns' saves, none alone.
     assert router.stats.persists == turns
-    deadline = time.monotonic() + 10
-    while True:  # no more turns: the last summary is saved alone, after the delay
-        state = await store.load_memory_state(KEY.composite())
-        assert state is not None
-        if state["pending"] == [] or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.05)
+    state = await _stored_once_summarized(store)  # no more turns: saved alone, after the delay
     assert state["pending"] == []
     assert state["summary"] == " ".join(f"TURN-{i}" for i in range(turns - 3))
     assert router.stats.persists == turns + 1
@@ -322,13 +322,7 @@ async def test_turns_that_keep_coming_carry_the_summary_and_it_is_saved_once_the
     assert longest_gap < 0.45, f"the machine stalled {longest_gap:.2f}s between two turns"
     # Every summary but the last rode along with a turn's save; none was saved alone.
     assert router.stats.persists == turns
-    deadline = time.monotonic() + 10
-    while True:  # no more turns: after the quiet spell the last summary is saved alone
-        state = await store.load_memory_state(KEY.composite())
-        assert state is not None
-        if state["pending"] == [] or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.02)
+    state = await _stored_once_summarized(store)  # after the quiet spell: saved alone
     assert state["pending"] == []
     assert state["summary"] == " ".join(f"TURN-{i}" for i in range(turns - 3))
     assert router.stats.persists == turns + 1
