@@ -7,7 +7,7 @@ swaps it in only on success, so a malformed input never half-loads (SER-003).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
@@ -16,7 +16,7 @@ from . import watermark
 from .budget import Budget
 from .entries import Entry, MemoryState
 from .health import HealthMachine
-from .inputs import MAX_DEPTH, MAX_REVISION, MAX_TURN_ID, check_json
+from .inputs import MAX_DEPTH, MAX_REVISION, MAX_TURN_ID, check_json, read_plain_turn
 from .types import (
     ConversationTurn,
     MemoryHealth,
@@ -280,33 +280,45 @@ def _dump_head(state: MemoryState, config: ShortTermMemoryConfig) -> dict[str, A
 # -- load ----------------------------------------------------------------------------
 
 
-def _entry(turn: TurnV2, include_digest: bool, size_of: Callable[[str], int]) -> Entry:
+#: A turn as loaded: its sequence number and the turn.
+Loaded = tuple[int, ConversationTurn]
+
+
+def _read_turn(raw: Any, where: str) -> Loaded:
+    """The turn ``raw`` holds, as the model reads it (any shape), or ``ValueError``."""
+    _check_plain(raw, where, 2)
+    try:
+        return _from_model(TurnV2.model_validate(raw))
+    except ValidationError as exc:
+        raise ValueError(f"invalid memory state (version 2): {where}: {exc}") from None
+
+
+def _from_model(turn: TurnV2) -> Loaded:
     digest = turn.trajectory_digest
-    return Entry.make(
-        turn.seq,
-        ConversationTurn(
-            user_message=turn.user_message,
-            assistant_response=turn.assistant_response,
-            trajectory_digest=None
-            if digest is None
-            else TrajectoryDigest(
-                tools_invoked=list(digest.tools_invoked),
-                observations_summary=digest.observations_summary,
-                reasoning_summary=digest.reasoning_summary,
-                artifacts_refs=list(digest.artifacts_refs),
-            ),
-            artifacts_shown=dict(turn.artifacts_shown),
-            artifacts_hidden_refs=list(turn.artifacts_hidden_refs),
-            ts=turn.ts,
-            turn_id=turn.turn_id,
+    return turn.seq, ConversationTurn(
+        user_message=turn.user_message,
+        assistant_response=turn.assistant_response,
+        trajectory_digest=None
+        if digest is None
+        else TrajectoryDigest(
+            tools_invoked=list(digest.tools_invoked),
+            observations_summary=digest.observations_summary,
+            reasoning_summary=digest.reasoning_summary,
+            artifacts_refs=list(digest.artifacts_refs),
         ),
-        include_digest=include_digest,
-        size_of=size_of,
+        artifacts_shown=dict(turn.artifacts_shown),
+        artifacts_hidden_refs=list(turn.artifacts_hidden_refs),
+        ts=turn.ts,
+        turn_id=turn.turn_id,
     )
 
 
-def _parse(data: Any) -> Generator[None, None, MemoryStateV2]:
-    """Validate ``data``, a step per :data:`STEP_TURNS` turns of version 2."""
+Parsed = tuple["MemoryStateV2", dict[str, list[Loaded]]]
+
+
+def _parse(data: Any) -> Generator[None, None, Parsed]:
+    """Validate ``data``, a step per :data:`STEP_TURNS` turns of version 2: the state
+    (whose own lists of turns are not read) and its lists of turns, by name."""
     if not isinstance(data, Mapping):
         raise ValueError(f"memory state must be a mapping, got {type(data).__name__}")
     version = data.get("version")
@@ -315,9 +327,12 @@ def _parse(data: Any) -> Generator[None, None, MemoryStateV2]:
     if version == 1:  # PenguiFlow's format, read in one step
         _check_plain(dict(data), "state", 0)
         try:
-            return _upgrade_v1(data)
+            upgraded = _upgrade_v1(data)
         except ValidationError as exc:
             raise ValueError(f"invalid memory state (version 1): {exc}") from None
+        return upgraded, {
+            name: [_from_model(t) for t in getattr(upgraded, name)] for name in _TURN_LISTS
+        }
     if version != STATE_VERSION:
         raise ValueError(f"unsupported memory state version: {version!r}")
     data = dict(data)
@@ -335,19 +350,15 @@ def _parse(data: Any) -> Generator[None, None, MemoryStateV2]:
         head = MemoryStateV2.model_validate({**data, "turns": [], "pending": [], "backlog": []})
     except ValidationError as exc:
         raise ValueError(f"invalid memory state (version 2): {exc}") from None
-    parsed: dict[str, list[TurnV2]] = {}
+    parsed: dict[str, list[Loaded]] = {}
     for name, raw in lists.items():
         turns = parsed[name] = []
         for start in range(0, len(raw), STEP_TURNS):
             for index in range(start, min(start + STEP_TURNS, len(raw))):
-                where = f"state.{name}[{index}]"
-                _check_plain(raw[index], where, 2)
-                try:
-                    turns.append(TurnV2.model_validate(raw[index]))
-                except ValidationError as exc:
-                    raise ValueError(f"invalid memory state (version 2): {where}: {exc}") from None
+                turn = read_plain_turn(raw[index])  # the common shape, without the model
+                turns.append(turn or _read_turn(raw[index], f"state.{name}[{index}]"))
             yield
-    return head.model_copy(update=parsed)
+    return head, parsed
 
 
 def _check_plain(value: Any, where: str, depth: int) -> None:
@@ -359,8 +370,8 @@ def _check_plain(value: Any, where: str, depth: int) -> None:
         raise ValueError(str(exc)) from None
 
 
-def _check_order(model: MemoryStateV2) -> None:
-    seqs = [t.seq for t in (*model.backlog, *model.pending, *model.turns)]
+def _check_order(model: MemoryStateV2, turns: dict[str, list[Loaded]]) -> None:
+    seqs = [seq for name in ("backlog", "pending", "turns") for seq, _ in turns[name]]
     if any(b <= a for a, b in itertools.pairwise(seqs)):
         raise ValueError("turn sequence numbers must increase: backlog, pending, then turns")
     if seqs and seqs[0] <= model.summarized_through:
@@ -406,12 +417,12 @@ def load_steps(
 def _load_steps(
     data: Any, config: ShortTermMemoryConfig, budget: Budget, key: MemoryKey | None
 ) -> Steps:
-    model = yield from _parse(data)
+    model, turns = yield from _parse(data)
     if model.strategy != config.strategy:
         raise ValueError(
             f"state was written by a {model.strategy!r} memory; this one is {config.strategy!r}"
         )
-    _check_order(model)
+    _check_order(model, turns)
     if model.key is not None:
         stored = MemoryKey(**model.key.model_dump())
         if key is not None and stored != key:
@@ -435,9 +446,9 @@ def _load_steps(
     )
     include, size_of = config.include_trajectory_digest, budget.meter.size_of
     puts = (state.push_recent, state.pending.append, state.backlog.append)
-    for put, turns in zip(puts, (model.turns, model.pending, model.backlog), strict=True):
-        for index, t in enumerate(turns, 1):
-            put(_entry(t, include, size_of))
+    for put, name in zip(puts, ("turns", "pending", "backlog"), strict=True):
+        for index, (seq, turn) in enumerate(turns[name], 1):
+            put(Entry.make(seq, turn, include_digest=include, size_of=size_of))
             if index % STEP_TURNS == 0:
                 yield
     # Normalise what an older writer or another configuration may have left.

@@ -4,6 +4,7 @@ poisoning a session or freezing the event loop (``reference_impl.inputs``)."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import copy
 import json
@@ -28,7 +29,15 @@ from reference_impl import (
     ShortTermMemoryConfig,
     TrajectoryDigest,
 )
-from reference_impl.inputs import MAX_DEPTH, MAX_REVISION, check_json
+from reference_impl.inputs import (
+    MAX_DEPTH,
+    MAX_REVISION,
+    MAX_TURN_ID,
+    STORED_TURN_FIELDS,
+    check_json,
+    read_plain_turn,
+)
+from reference_impl.schema import TurnV2, _read_turn
 
 pytestmark = pytest.mark.anyio
 
@@ -277,6 +286,134 @@ def test_check_json_refuses_what_the_plain_reading_refuses_with_the_same_message
     with pytest.raises(type(expected)) as raised:
         check_json(value, "x", max_depth=max_depth)
     assert str(raised.value) == str(expected)
+
+
+class _Text(str):
+    """A str that is not exactly a str."""
+
+
+# A stored turn of the common shape, then up to three of its fields changed, each to a
+# shape the model refuses or reads differently (bool and int where a float or int is due,
+# str subclasses, NaN, empty and overlong ids, non-empty containers, a digest), or one of
+# them left out, or an unknown field added.
+_VALID_TEXT = st.text(st.sampled_from(["a", "é", "\x00", "🐧"]), max_size=4)
+_COMMON_TURN = st.fixed_dictionaries(
+    {
+        "seq": st.integers(1, 3),
+        "user_message": _VALID_TEXT,
+        "assistant_response": _VALID_TEXT,
+        "trajectory_digest": st.none(),
+        "artifacts_shown": st.builds(dict),
+        "artifacts_hidden_refs": st.builds(list),
+        "ts": st.floats(-1e6, 1e6),
+        "turn_id": st.one_of(st.none(), _VALID_TEXT.filter(bool)),
+    }
+)
+_ODD_TEXTS = [LONE, "a\udfff", _Text("a"), None, b"a", 1]
+#: For each field of a stored turn, values the model refuses or reads differently from
+#: the common shape (bool and int where a float or int is due, str subclasses, NaN, empty
+#: and overlong ids, non-empty containers, a digest); ``extra`` is a field it does not know.
+_ODD_FIELDS: dict[str, list[Any]] = {
+    "seq": [0, -1, True, False, 2**70, 1.0, "1", None],
+    "user_message": _ODD_TEXTS,
+    "assistant_response": _ODD_TEXTS,
+    "trajectory_digest": [{"tools_invoked": ["t"], "observations_summary": "o"}, {}],
+    "artifacts_shown": [{"a": 1}, {"a": {}}, {1: "a"}, {"a": math.nan}, [], None],
+    "artifacts_hidden_refs": [["a"], [LONE], [_Text("a")], ("a",), (), None],
+    "ts": [math.nan, math.inf, -math.inf, 0, 1, 2**1100, True, "1.5", None],
+    "turn_id": [*_ODD_TEXTS, "", "a" * MAX_TURN_ID, "é" * (MAX_TURN_ID + 1)],
+    "extra": [0],
+}
+_ODD_CASES = [(name, value) for name, values in _ODD_FIELDS.items() for value in values]
+
+
+class _Mapping(collections.UserDict[str, Any]):
+    """A mapping that is not a dict."""
+
+
+@st.composite
+def _stored_turns(draw: st.DrawFn) -> Any:
+    """A turn of the common shape with one to three fields changed to an odd value or
+    left out; now and then not a dict at all (a mapping of another type, or its items)."""
+    raw = draw(_COMMON_TURN)
+    for name, value in draw(st.lists(st.sampled_from(_ODD_CASES), min_size=1, max_size=3)):
+        if draw(st.integers(0, 4)) == 0:
+            raw.pop(name, None)
+        else:
+            raw[name] = value
+    return draw(st.sampled_from([raw, raw, raw, raw, raw, _Mapping(raw), list(raw.items())]))
+
+
+def test_the_stored_turn_fields_are_the_models() -> None:
+    assert set(TurnV2.model_fields) == STORED_TURN_FIELDS
+
+
+def _check_read_as_the_model_reads(raw: Any) -> None:
+    # The model (after the walk over the whole turn) defines a stored turn; the fast
+    # reading may decline any turn, but a turn it reads is one the model accepts, read the
+    # same, in containers of its own.
+    try:
+        expected = _read_turn(copy.deepcopy(raw), "turn")
+    except ValueError:
+        expected = None
+    read = read_plain_turn(raw)
+    if read is None:
+        return
+    assert expected is not None, f"read a turn the model refuses: {raw!r}"
+    assert read == expected
+    seq, turn = read
+    assert type(seq) is int and type(turn.ts) is float
+    assert type(turn.user_message) is str and type(turn.assistant_response) is str
+    assert turn.turn_id is None or type(turn.turn_id) is str
+    assert turn.artifacts_shown is not raw.get("artifacts_shown")
+    assert turn.artifacts_hidden_refs is not raw.get("artifacts_hidden_refs")
+
+
+@pytest.mark.parametrize(("name", "value"), _ODD_CASES)
+@pytest.mark.parametrize("drop", [False, True], ids=["changed", "changed-then-dropped"])
+def test_a_stored_turn_with_one_odd_field_is_read_as_the_model_reads_it(
+    name: str, value: Any, drop: bool
+) -> None:
+    raw = {
+        "seq": 2,
+        "user_message": "u",
+        "assistant_response": "a",
+        "trajectory_digest": None,
+        "artifacts_shown": {},
+        "artifacts_hidden_refs": [],
+        "ts": 0.5,
+        "turn_id": "t",
+        name: value,
+    }
+    if drop:
+        del raw[name]
+    _check_read_as_the_model_reads(raw)
+
+
+@given(_stored_turns())
+@settings(max_examples=300, deadline=None)
+def test_a_stored_turn_read_without_the_model_is_what_the_model_reads(raw: Any) -> None:
+    _check_read_as_the_model_reads(raw)
+
+
+def test_the_common_stored_turn_is_read_without_the_model() -> None:
+    # What to_dict writes for an everyday turn: the fast reading must take it (else the
+    # property above holds of a reader that declines everything).
+    raw = {
+        "seq": 7,
+        "user_message": "Grüße 🐧",
+        "assistant_response": "",
+        "trajectory_digest": None,
+        "artifacts_shown": {},
+        "artifacts_hidden_refs": [],
+        "ts": 1.5,
+        "turn_id": "t-1",
+    }
+    assert read_plain_turn(raw) == (7, ConversationTurn("Grüße 🐧", "", ts=1.5, turn_id="t-1"))
+    assert read_plain_turn({"seq": 1, "user_message": "u", "assistant_response": "a"}) == (
+        1,
+        ConversationTurn("u", "a"),
+    )
 
 
 @pytest.mark.requirement("HLT-007")
