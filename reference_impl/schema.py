@@ -7,7 +7,7 @@ swaps it in only on success, so a malformed input never half-loads (SER-003).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
@@ -282,6 +282,8 @@ def _dump_head(state: MemoryState, config: ShortTermMemoryConfig) -> dict[str, A
 
 #: A turn as loaded: its sequence number and the turn.
 Loaded = tuple[int, ConversationTurn]
+#: Makes the entry of a loaded turn (``Entry.make`` with the loading memory's settings).
+MakeEntry = Callable[[int, ConversationTurn], Entry]
 
 
 def _read_turn(raw: Any, where: str) -> Loaded:
@@ -313,12 +315,13 @@ def _from_model(turn: TurnV2) -> Loaded:
     )
 
 
-Parsed = tuple["MemoryStateV2", dict[str, list[Loaded]]]
+Parsed = tuple["MemoryStateV2", dict[str, list[Entry]]]
 
 
-def _parse(data: Any) -> Generator[None, None, Parsed]:
+def _parse(data: Any, make: MakeEntry) -> Generator[None, None, Parsed]:
     """Validate ``data``, a step per :data:`STEP_TURNS` turns of version 2: the state
-    (whose own lists of turns are not read) and its lists of turns, by name."""
+    (whose own lists of turns are not read) and the entries of its lists of turns, by
+    name."""
     if not isinstance(data, Mapping):
         raise ValueError(f"memory state must be a mapping, got {type(data).__name__}")
     version = data.get("version")
@@ -331,7 +334,7 @@ def _parse(data: Any) -> Generator[None, None, Parsed]:
         except ValidationError as exc:
             raise ValueError(f"invalid memory state (version 1): {exc}") from None
         return upgraded, {
-            name: [_from_model(t) for t in getattr(upgraded, name)] for name in _TURN_LISTS
+            name: [make(*_from_model(t)) for t in getattr(upgraded, name)] for name in _TURN_LISTS
         }
     if version != STATE_VERSION:
         raise ValueError(f"unsupported memory state version: {version!r}")
@@ -350,13 +353,15 @@ def _parse(data: Any) -> Generator[None, None, Parsed]:
         head = MemoryStateV2.model_validate({**data, "turns": [], "pending": [], "backlog": []})
     except ValidationError as exc:
         raise ValueError(f"invalid memory state (version 2): {exc}") from None
-    parsed: dict[str, list[Loaded]] = {}
+    parsed: dict[str, list[Entry]] = {}
     for name, raw in lists.items():
-        turns = parsed[name] = []
+        entries = parsed[name] = []
         for start in range(0, len(raw), STEP_TURNS):
             for index in range(start, min(start + STEP_TURNS, len(raw))):
-                turn = read_plain_turn(raw[index])  # the common shape, without the model
-                turns.append(turn or _read_turn(raw[index], f"state.{name}[{index}]"))
+                loaded = read_plain_turn(raw[index])  # the common shape, without the model
+                if loaded is None:
+                    loaded = _read_turn(raw[index], f"state.{name}[{index}]")
+                entries.append(make(*loaded))
             yield
     return head, parsed
 
@@ -370,8 +375,8 @@ def _check_plain(value: Any, where: str, depth: int) -> None:
         raise ValueError(str(exc)) from None
 
 
-def _check_order(model: MemoryStateV2, turns: dict[str, list[Loaded]]) -> None:
-    seqs = [seq for name in ("backlog", "pending", "turns") for seq, _ in turns[name]]
+def _check_order(model: MemoryStateV2, entries: dict[str, list[Entry]]) -> None:
+    seqs = [e.seq for name in ("backlog", "pending", "turns") for e in entries[name]]
     if any(b <= a for a, b in itertools.pairwise(seqs)):
         raise ValueError("turn sequence numbers must increase: backlog, pending, then turns")
     if seqs and seqs[0] <= model.summarized_through:
@@ -417,12 +422,17 @@ def load_steps(
 def _load_steps(
     data: Any, config: ShortTermMemoryConfig, budget: Budget, key: MemoryKey | None
 ) -> Steps:
-    model, turns = yield from _parse(data)
+    include, size_of = config.include_trajectory_digest, budget.meter.size_of
+
+    def make(seq: int, turn: ConversationTurn) -> Entry:
+        return Entry.make(seq, turn, include_digest=include, size_of=size_of)
+
+    model, entries = yield from _parse(data, make)
     if model.strategy != config.strategy:
         raise ValueError(
             f"state was written by a {model.strategy!r} memory; this one is {config.strategy!r}"
         )
-    _check_order(model, turns)
+    _check_order(model, entries)
     if model.key is not None:
         stored = MemoryKey(**model.key.model_dump())
         if key is not None and stored != key:
@@ -444,13 +454,10 @@ def _load_steps(
         dropped_turns=model.dropped_turns,
         revision=model.revision,
     )
-    include, size_of = config.include_trajectory_digest, budget.meter.size_of
-    puts = (state.push_recent, state.pending.append, state.backlog.append)
-    for put, name in zip(puts, ("turns", "pending", "backlog"), strict=True):
-        for index, (seq, turn) in enumerate(turns[name], 1):
-            put(Entry.make(seq, turn, include_digest=include, size_of=size_of))
-            if index % STEP_TURNS == 0:
-                yield
+    for entry in entries["turns"]:
+        state.push_recent(entry)
+    state.pending = entries["pending"]
+    state.backlog.extend(entries["backlog"])
     # Normalise what an older writer or another configuration may have left.
     if health.degraded:
         watermark.degrade(state, config)

@@ -583,8 +583,8 @@ async def test_afrom_dict_lets_other_tasks_run_and_loads_what_from_dict_loads() 
     await asyncio.sleep(0)
     before = ticker.ticks
     await memory.afrom_dict(state)
-    # Validating 1,000 turns, then building them, in steps of STEP_TURNS.
-    assert ticker.ticks - before >= 2 * (1000 // schema.STEP_TURNS)
+    # Reading and building 1,000 turns, a step of STEP_TURNS at a time.
+    assert ticker.ticks - before >= 1000 // schema.STEP_TURNS
     await ticker.stop()
     other = DefaultShortTermMemory(config=config, summarizer=joining, key=KEY_A)
     other.from_dict(state)
