@@ -292,43 +292,110 @@ class _Text(str):
     """A str that is not exactly a str."""
 
 
-# A stored turn of the common shape, then up to three of its fields changed, each to a
-# shape the model refuses or reads differently (bool and int where a float or int is due,
-# str subclasses, NaN, empty and overlong ids, non-empty containers, a digest), or one of
-# them left out, or an unknown field added.
+class _IntLike(int):
+    """An int that is not exactly an int."""
+
+
+class _Mapping(collections.UserDict[str, Any]):
+    """A mapping that is not a dict."""
+
+
+def _chain(containers: int) -> Any:
+    """``containers`` dicts, each the only value of the one before."""
+    value: Any = "leaf"
+    for _ in range(containers):
+        value = {"a": value}
+    return value
+
+
+# A stored turn as to_dict writes one (with or without a digest, artifacts, an id), then
+# up to three of its fields changed, each to a value the model refuses or reads
+# differently (bool and int where a float or int is due, str subclasses, NaN, lone
+# surrogates, tuples, int keys, empty and overlong ids, nesting past the limit), or left
+# out, or an unknown field added.
 _VALID_TEXT = st.text(st.sampled_from(["a", "é", "\x00", "🐧"]), max_size=4)
+_PLAIN = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(allow_nan=False, allow_infinity=False),
+        _VALID_TEXT,
+    ),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_VALID_TEXT, inner, max_size=3),
+    max_leaves=8,
+)
+_DIGEST = st.fixed_dictionaries(
+    {"tools_invoked": st.lists(_VALID_TEXT, max_size=2), "observations_summary": _VALID_TEXT},
+    optional={
+        "reasoning_summary": st.none() | _VALID_TEXT,
+        "artifacts_refs": st.lists(_VALID_TEXT, max_size=2),
+    },
+)
 _COMMON_TURN = st.fixed_dictionaries(
     {
         "seq": st.integers(1, 3),
         "user_message": _VALID_TEXT,
         "assistant_response": _VALID_TEXT,
-        "trajectory_digest": st.none(),
-        "artifacts_shown": st.builds(dict),
-        "artifacts_hidden_refs": st.builds(list),
+        "trajectory_digest": st.none() | _DIGEST,
+        "artifacts_shown": st.builds(dict) | st.dictionaries(_VALID_TEXT, _PLAIN, max_size=3),
+        "artifacts_hidden_refs": st.builds(list) | st.lists(_VALID_TEXT, max_size=2),
         "ts": st.floats(-1e6, 1e6),
         "turn_id": st.one_of(st.none(), _VALID_TEXT.filter(bool)),
     }
 )
 _ODD_TEXTS = [LONE, "a\udfff", _Text("a"), None, b"a", 1]
+_TOOLS = {"tools_invoked": ["t"], "observations_summary": "o"}
 #: For each field of a stored turn, values the model refuses or reads differently from
-#: the common shape (bool and int where a float or int is due, str subclasses, NaN, empty
-#: and overlong ids, non-empty containers, a digest); ``extra`` is a field it does not know.
+#: the common shape; ``extra`` is a field it does not know.
 _ODD_FIELDS: dict[str, list[Any]] = {
     "seq": [0, -1, True, False, 2**70, 1.0, "1", None],
     "user_message": _ODD_TEXTS,
     "assistant_response": _ODD_TEXTS,
-    "trajectory_digest": [{"tools_invoked": ["t"], "observations_summary": "o"}, {}],
-    "artifacts_shown": [{"a": 1}, {"a": {}}, {1: "a"}, {"a": math.nan}, [], None],
-    "artifacts_hidden_refs": [["a"], [LONE], [_Text("a")], ("a",), (), None],
+    "trajectory_digest": [
+        {},
+        {"tools_invoked": ["t"]},
+        {"observations_summary": "o"},
+        {**_TOOLS, "tools_invoked": ("t",)},
+        {**_TOOLS, "tools_invoked": [LONE]},
+        {**_TOOLS, "tools_invoked": [_Text("t")]},
+        {**_TOOLS, "tools_invoked": "t"},
+        {**_TOOLS, "observations_summary": _Text("o")},
+        {**_TOOLS, "observations_summary": None},
+        {**_TOOLS, "reasoning_summary": 1},
+        {**_TOOLS, "reasoning_summary": LONE},
+        {**_TOOLS, "artifacts_refs": None},
+        {**_TOOLS, "artifacts_refs": [1]},
+        {**_TOOLS, "extra": 1},
+        _Mapping(_TOOLS),
+        "t",
+        [],
+    ],
+    "artifacts_shown": [
+        {1: "a"},
+        {_Text("a"): 1},
+        {LONE: 1},
+        {"a": math.nan},
+        {"a": [1, math.inf]},
+        {"a": {"b": {1: 2}}},
+        {"a": ("t",)},
+        {"a": [_Text("x")]},
+        {"a": {"b": LONE}},
+        {"a": 2**70, "b": True, "c": None, "d": 1.5, "e": [], "f": {}},
+        {"a": _IntLike(1)},
+        {"a": object()},
+        _chain(MAX_DEPTH),
+        _chain(MAX_DEPTH + 1),
+        _Mapping({"a": 1}),
+        [],
+        None,
+    ],
+    "artifacts_hidden_refs": [["a"], [LONE], [_Text("a")], [1], ("a",), (), None],
     "ts": [math.nan, math.inf, -math.inf, 0, 1, 2**1100, True, "1.5", None],
     "turn_id": [*_ODD_TEXTS, "", "a" * MAX_TURN_ID, "é" * (MAX_TURN_ID + 1)],
     "extra": [0],
 }
 _ODD_CASES = [(name, value) for name, values in _ODD_FIELDS.items() for value in values]
-
-
-class _Mapping(collections.UserDict[str, Any]):
-    """A mapping that is not a dict."""
 
 
 @st.composite
@@ -348,10 +415,35 @@ def test_the_stored_turn_fields_are_the_models() -> None:
     assert set(TurnV2.model_fields) == STORED_TURN_FIELDS
 
 
+def _containers(value: Any) -> list[int]:
+    """The ids of every list and dict in ``value``."""
+    found, stack = [], [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list | dict):
+            found.append(id(item))
+            stack.extend(item.values() if isinstance(item, dict) else item)
+    return found
+
+
+def _values(value: Any) -> list[Any]:
+    """Every value in ``value``, and the keys of its dicts."""
+    found, stack = [], [value]
+    while stack:
+        item = stack.pop()
+        found.append(item)
+        if isinstance(item, dict):
+            stack.extend([*item, *item.values()])
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
 def _check_read_as_the_model_reads(raw: Any) -> None:
     # The model (after the walk over the whole turn) defines a stored turn; the fast
     # reading may decline any turn, but a turn it reads is one the model accepts, read the
-    # same, in containers of its own.
+    # same (repr tells True from 1 and 1 from 1.0, which == does not), in containers of
+    # its own.
     try:
         expected = _read_turn(copy.deepcopy(raw), "turn")
     except ValueError:
@@ -361,12 +453,21 @@ def _check_read_as_the_model_reads(raw: Any) -> None:
         return
     assert expected is not None, f"read a turn the model refuses: {raw!r}"
     assert read == expected
+    assert repr(read) == repr(expected)
     seq, turn = read
     assert type(seq) is int and type(turn.ts) is float
     assert type(turn.user_message) is str and type(turn.assistant_response) is str
     assert turn.turn_id is None or type(turn.turn_id) is str
-    assert turn.artifacts_shown is not raw.get("artifacts_shown")
-    assert turn.artifacts_hidden_refs is not raw.get("artifacts_hidden_refs")
+    digest = turn.trajectory_digest
+    if digest is not None:
+        assert type(digest.observations_summary) is str
+        assert all(type(t) is str for t in (*digest.tools_invoked, *digest.artifacts_refs))
+    plain = {str, int, float, bool, type(None), list, dict}
+    assert all(type(v) in plain for v in _values(turn.artifacts_shown)), "as the model's types"
+    mine = [turn.artifacts_shown, turn.artifacts_hidden_refs]
+    if digest is not None:
+        mine += [digest.tools_invoked, digest.artifacts_refs]
+    assert not set(_containers(mine)[1:]) & set(_containers(raw)), "shares a container"
 
 
 @pytest.mark.parametrize(("name", "value"), _ODD_CASES)
@@ -391,7 +492,7 @@ def test_a_stored_turn_with_one_odd_field_is_read_as_the_model_reads_it(
 
 
 @given(_stored_turns())
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=400, deadline=None)
 def test_a_stored_turn_read_without_the_model_is_what_the_model_reads(raw: Any) -> None:
     _check_read_as_the_model_reads(raw)
 
@@ -413,6 +514,23 @@ def test_the_common_stored_turn_is_read_without_the_model() -> None:
     assert read_plain_turn({"seq": 1, "user_message": "u", "assistant_response": "a"}) == (
         1,
         ConversationTurn("u", "a"),
+    )
+    agent = {
+        **raw,
+        "trajectory_digest": {
+            "tools_invoked": ["search", "chart"],
+            "observations_summary": "3 hits",
+            "reasoning_summary": None,
+            "artifacts_refs": ["a1"],
+        },
+        "artifacts_shown": {"chart": {"points": [[1, 2.5], [2, -1]], "title": "Ω", "ok": True}},
+        "artifacts_hidden_refs": ["h1"],
+    }
+    read = read_plain_turn(agent)
+    assert read is not None and read == _read_turn(agent, "turn")
+    assert (
+        read[1].artifacts_shown["chart"]["points"][0]
+        is not agent["artifacts_shown"]["chart"]["points"][0]
     )
 
 
