@@ -395,7 +395,10 @@ _ODD_FIELDS: dict[str, list[Any]] = {
     "turn_id": [*_ODD_TEXTS, "", "a" * MAX_TURN_ID, "é" * (MAX_TURN_ID + 1)],
     "extra": [0],
 }
-_ODD_CASES = [(name, value) for name, values in _ODD_FIELDS.items() for value in values]
+#: Each field of a stored turn set to each of its odd values (docs/reliability.md).
+ODD_STORED_FIELDS = [(name, value) for name, values in _ODD_FIELDS.items() for value in values]
+#: Generated stored turns given to both readings (docs/reliability.md).
+GENERATED_STORED_TURNS = 400
 
 
 @st.composite
@@ -403,7 +406,7 @@ def _stored_turns(draw: st.DrawFn) -> Any:
     """A turn of the common shape with one to three fields changed to an odd value or
     left out; now and then not a dict at all (a mapping of another type, or its items)."""
     raw = draw(_COMMON_TURN)
-    for name, value in draw(st.lists(st.sampled_from(_ODD_CASES), min_size=1, max_size=3)):
+    for name, value in draw(st.lists(st.sampled_from(ODD_STORED_FIELDS), min_size=1, max_size=3)):
         if draw(st.integers(0, 4)) == 0:
             raw.pop(name, None)
         else:
@@ -470,7 +473,7 @@ def _check_read_as_the_model_reads(raw: Any) -> None:
     assert not set(_containers(mine)[1:]) & set(_containers(raw)), "shares a container"
 
 
-@pytest.mark.parametrize(("name", "value"), _ODD_CASES)
+@pytest.mark.parametrize(("name", "value"), ODD_STORED_FIELDS)
 @pytest.mark.parametrize("drop", [False, True], ids=["changed", "changed-then-dropped"])
 def test_a_stored_turn_with_one_odd_field_is_read_as_the_model_reads_it(
     name: str, value: Any, drop: bool
@@ -492,7 +495,7 @@ def test_a_stored_turn_with_one_odd_field_is_read_as_the_model_reads_it(
 
 
 @given(_stored_turns())
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=GENERATED_STORED_TURNS, deadline=None)
 def test_a_stored_turn_read_without_the_model_is_what_the_model_reads(raw: Any) -> None:
     _check_read_as_the_model_reads(raw)
 

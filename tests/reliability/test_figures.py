@@ -21,6 +21,8 @@ QUOTED = [
     ("tests/reliability/test_killed_writer.py", "KILLS"),
     ("tests/reliability/test_scale.py", "BIG_TURNS"),
     ("tests/reference/test_hostile_input.py", "BAD_TURNS"),
+    ("tests/reference/test_hostile_input.py", "ODD_STORED_FIELDS"),
+    ("tests/reference/test_hostile_input.py", "GENERATED_STORED_TURNS"),
     ("tests/session/test_session_persistence.py", "SESSIONS"),
 ]
 
