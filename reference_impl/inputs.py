@@ -47,6 +47,8 @@ STORED_TURN_FIELDS = frozenset(
     )
 )
 _ABSENT: Any = object()
+#: Deepest nesting the recursive check (``_plain``) looks into; the walk takes deeper data.
+_PLAIN_DEPTH = 100
 
 
 def text_problem(value: str) -> str | None:
@@ -77,7 +79,8 @@ def check_json(value: Any, where: str, *, max_depth: int = MAX_DEPTH) -> None:
     Raises:
         TypeError: a value of another type. ValueError: a bad value, or too deep.
     """
-    if max_depth >= 2 and _flat_and_plain(value):
+    # Recursive, so bounded: anything deeper is left to the walk, which is iterative.
+    if _plain(value, min(max_depth, _PLAIN_DEPTH)):
         return
     try:
         _walk(value, where, max_depth)
@@ -89,30 +92,31 @@ def check_json(value: Any, where: str, *, max_depth: int = MAX_DEPTH) -> None:
         raise type(exc)(text) from None
 
 
-def _flat_and_plain(value: Any) -> bool:
-    """Whether ``value`` is a dict whose keys are text and whose values are text, finite
-    numbers, ``None`` or empty containers, all of exactly those types: what the walk
-    below passes, checked without it. Most turns of a loaded state are such a dict; the
-    walk decides anything else (and names the problem)."""
-    if type(value) is not dict:
+def _plain(value: Any, depth_left: int) -> bool:
+    """Whether every value in ``value`` has exactly a plain type (``dict`` with text keys,
+    ``list``, text, finite ``float``, ``int``, ``bool``, ``None``) with containers fewer
+    than ``depth_left`` levels deep: what the walk below passes, checked without its
+    bookkeeping. Loaded states and turns are nearly always such data; the walk decides
+    anything else (and names the problem)."""
+    kind = type(value)
+    if kind is str:
+        return value.isascii() or text_problem(value) is None
+    if kind is int or kind is bool or value is None:
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    if depth_left <= 0:
         return False
-    for key, item in value.items():
-        # ``isascii`` first: it reads a flag, where a call costs more than the check.
-        if type(key) is not str or not (key.isascii() or text_problem(key) is None):
-            return False
-        kind = type(item)
-        if kind is str:
-            if not (item.isascii() or text_problem(item) is None):
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or not (key.isascii() or text_problem(key) is None):
                 return False
-        elif kind is float:
-            if item - item != 0.0:  # NaN for NaN and ±inf
+            if not _plain(item, depth_left - 1):
                 return False
-        elif kind is dict or kind is list:
-            if item:
-                return False
-        elif not (kind is int or kind is bool or item is None):
-            return False
-    return True
+        return True
+    if kind is list:
+        return all(_plain(item, depth_left - 1) for item in value)
+    return False
 
 
 #: Where a value sits below the checked one: its container's place and its own key or

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from stm_stores import SQLiteStateStore
 
@@ -272,6 +272,12 @@ _VALUES = st.recursive(
 
 @given(_VALUES, st.integers(0, 4))
 @settings(max_examples=400, deadline=None)
+# Containers at the depth limit and one below it, in dicts and in lists.
+@example({"a": {"b": {}}}, 2)
+@example({"a": {"b": {}}}, 3)
+@example([[[]]], 2)
+@example([[[]]], 3)
+@example({"a": [{"b": 1.5}]}, 2)
 def test_check_json_refuses_what_the_plain_reading_refuses_with_the_same_message(
     value: Any, max_depth: int
 ) -> None:
@@ -286,6 +292,13 @@ def test_check_json_refuses_what_the_plain_reading_refuses_with_the_same_message
     with pytest.raises(type(expected)) as raised:
         check_json(value, "x", max_depth=max_depth)
     assert str(raised.value) == str(expected)
+
+
+def test_check_json_takes_data_deeper_than_the_recursion_limit_when_allowed() -> None:
+    deep = _nested(5_000)
+    check_json(deep, "x", max_depth=10_000)  # no RecursionError
+    with pytest.raises(ValueError, match="nested deeper than 4999 levels"):
+        check_json(deep, "x", max_depth=4_999)
 
 
 class _Text(str):
