@@ -315,7 +315,7 @@ def _from_model(turn: TurnV2) -> Loaded:
     )
 
 
-Parsed = tuple["MemoryStateV2", dict[str, list[Entry]]]
+Parsed = tuple[MemoryStateV2, dict[str, list[Entry]]]
 
 
 def _parse(data: Any, make: MakeEntry) -> Generator[None, None, Parsed]:
@@ -327,15 +327,20 @@ def _parse(data: Any, make: MakeEntry) -> Generator[None, None, Parsed]:
     version = data.get("version")
     if type(version) is not int:  # not a bool either: True == 1 would read as version 1
         raise ValueError(f"memory state version must be an int, got {version!r}")
-    if version == 1:  # PenguiFlow's format, read in one step
+    if version == 1:  # PenguiFlow's format, validated in one step
         _check_plain(dict(data), "state", 0)
         try:
             upgraded = _upgrade_v1(data)
         except ValidationError as exc:
             raise ValueError(f"invalid memory state (version 1): {exc}") from None
-        return upgraded, {
-            name: [make(*_from_model(t)) for t in getattr(upgraded, name)] for name in _TURN_LISTS
-        }
+        converted: dict[str, list[Entry]] = {}
+        for name in _TURN_LISTS:
+            entries = converted[name] = []
+            for index, turn in enumerate(getattr(upgraded, name), 1):
+                entries.append(make(*_from_model(turn)))
+                if index % STEP_TURNS == 0:
+                    yield
+        return upgraded, converted
     if version != STATE_VERSION:
         raise ValueError(f"unsupported memory state version: {version!r}")
     data = dict(data)

@@ -595,6 +595,33 @@ async def test_afrom_dict_lets_other_tasks_run_and_loads_what_from_dict_loads() 
 
 
 @pytest.mark.anyio
+@pytest.mark.requirement("SER-004")
+async def test_afrom_dict_of_a_large_penguiflow_state_lets_other_tasks_run() -> None:
+    config, state = await many_pending_turns(1000)
+    v1 = {name: state[name] for name in ("summary", "turns", "pending", "backlog")} | {
+        "version": 1,
+        "health": "healthy",
+        "config_snapshot": state["config_snapshot"],
+    }
+    memory = DefaultShortTermMemory(config=config, summarizer=joining, key=KEY_A)
+    ticker = Ticker()
+    await asyncio.sleep(0)
+    before = ticker.ticks
+    await memory.afrom_dict(v1)
+    # Validated in one step, then its turns built a step of STEP_TURNS at a time.
+    assert ticker.ticks - before >= 1000 // schema.STEP_TURNS
+    await ticker.stop()
+    other = DefaultShortTermMemory(config=config, summarizer=joining, key=KEY_A)
+    other.from_dict(v1)
+    assert observe_sync(memory) == observe_sync(other)
+    assert [t["user_message"] for t in memory.to_dict()["pending"]] == [
+        t["user_message"] for t in state["pending"]
+    ]
+    await memory.aclose()
+    await other.aclose()
+
+
+@pytest.mark.anyio
 @pytest.mark.requirement("SER-003")
 async def test_afrom_dict_refusing_a_late_turn_changes_nothing_meanwhile() -> None:
     """A bad turn found after other tasks ran: the memory is as it was, including what
