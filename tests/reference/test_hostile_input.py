@@ -416,10 +416,10 @@ GENERATED_STORED_TURNS = 400
 
 @st.composite
 def _stored_turns(draw: st.DrawFn) -> Any:
-    """A turn of the common shape with one to three fields changed to an odd value or
-    left out; now and then not a dict at all (a mapping of another type, or its items)."""
+    """A turn of the common shape with up to three fields changed to an odd value or left
+    out; now and then not a dict at all (a mapping of another type, or its items)."""
     raw = draw(_COMMON_TURN)
-    for name, value in draw(st.lists(st.sampled_from(ODD_STORED_FIELDS), min_size=1, max_size=3)):
+    for name, value in draw(st.lists(st.sampled_from(ODD_STORED_FIELDS), max_size=3)):
         if draw(st.integers(0, 4)) == 0:
             raw.pop(name, None)
         else:
@@ -536,7 +536,7 @@ def test_the_common_stored_turn_is_read_without_the_model() -> None:
         "trajectory_digest": {
             "tools_invoked": ["search", "chart"],
             "observations_summary": "3 hits",
-            "reasoning_summary": None,
+            "reasoning_summary": "compare, then plot",
             "artifacts_refs": ["a1"],
         },
         "artifacts_shown": {"chart": {"points": [[1, 2.5], [2, -1]], "title": "Ω", "ok": True}},
@@ -544,6 +544,9 @@ def test_the_common_stored_turn_is_read_without_the_model() -> None:
     }
     read = read_plain_turn(agent)
     assert read is not None and read == _read_turn(agent, "turn")
+    # And at the limits the model allows: the longest id, artifacts nested to the limit.
+    edge = {**raw, "turn_id": "a" * MAX_TURN_ID, "artifacts_shown": _chain(MAX_DEPTH)}
+    assert read_plain_turn(edge) == _read_turn(edge, "turn")
     assert (
         read[1].artifacts_shown["chart"]["points"][0]
         is not agent["artifacts_shown"]["chart"]["points"][0]
