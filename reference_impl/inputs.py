@@ -197,7 +197,9 @@ def read_plain_turn(raw: Any) -> tuple[int, ConversationTurn] | None:
     shown = get("artifacts_shown", _ABSENT)
     if shown is _ABSENT or (type(shown) is dict and not shown):  # the common turn
         shown = {}
-    elif type(shown) is not dict or (shown := _plain_copy(shown, MAX_DEPTH)) is _ABSENT:
+    elif type(shown) is dict and _plain(shown, MAX_DEPTH):  # what check_json passes
+        shown = _copy(shown)
+    else:
         return None
     hidden = get("artifacts_hidden_refs", _ABSENT)
     if hidden is _ABSENT:
@@ -253,29 +255,13 @@ def _texts(value: Any) -> list[str] | None:
     return list(value)
 
 
-def _plain_copy(value: Any, depth_left: int) -> Any:
-    """A deep copy of ``value`` if :func:`check_json` with ``max_depth=depth_left`` passes
-    it and every value in it has exactly a plain type, else ``_ABSENT``."""
-    kind = type(value)
-    if kind is str:
-        return value if value.isascii() or text_problem(value) is None else _ABSENT
-    if kind is int or kind is bool or value is None:
-        return value
-    if kind is float:
-        return value if value - value == 0.0 else _ABSENT
-    if depth_left <= 0:
-        return _ABSENT
-    if kind is list:
-        items = [_plain_copy(item, depth_left - 1) for item in value]
-        return _ABSENT if any(item is _ABSENT for item in items) else items
-    if kind is dict:
-        copied = {}
-        for key, item in value.items():
-            if not _is_text(key) or (item := _plain_copy(item, depth_left - 1)) is _ABSENT:
-                return _ABSENT
-            copied[key] = item
-        return copied
-    return _ABSENT
+def _copy(value: Any) -> Any:
+    """A deep copy of plain data (every container a ``dict`` or a ``list``)."""
+    if type(value) is dict:
+        return {key: _copy(item) for key, item in value.items()}
+    if type(value) is list:
+        return [_copy(item) for item in value]
+    return value
 
 
 def check_turn(turn: Any) -> None:

@@ -574,24 +574,36 @@ class Ticker:
         await asyncio.gather(self._task, return_exceptions=True)
 
 
-@pytest.mark.anyio
-@pytest.mark.requirement("SER-002")
-async def test_afrom_dict_lets_other_tasks_run_and_loads_what_from_dict_loads() -> None:
-    config, state = await many_pending_turns(1000)
+async def afrom_dict_beside_from_dict(
+    config: ShortTermMemoryConfig, state: dict[str, Any]
+) -> tuple[DefaultShortTermMemory, int, dict[str, Any]]:
+    """A memory loaded with ``afrom_dict(state)``, how often another task ran meanwhile,
+    and its ``to_dict()`` just after; asserts that it observes as one loaded with
+    ``from_dict`` does."""
     memory = DefaultShortTermMemory(config=config, summarizer=joining, key=KEY_A)
     ticker = Ticker()
     await asyncio.sleep(0)
     before = ticker.ticks
     await memory.afrom_dict(state)
-    # Reading and building 1,000 turns, a step of STEP_TURNS at a time.
-    assert ticker.ticks - before >= 1000 // schema.STEP_TURNS
+    ticks = ticker.ticks - before
     await ticker.stop()
     other = DefaultShortTermMemory(config=config, summarizer=joining, key=KEY_A)
     other.from_dict(state)
     assert observe_sync(memory) == observe_sync(other)
-    assert memory.to_dict() == state
-    await memory.aclose()
+    loaded = memory.to_dict()  # before its summarizer can run
     await other.aclose()
+    return memory, ticks, loaded
+
+
+@pytest.mark.anyio
+@pytest.mark.requirement("SER-002")
+async def test_afrom_dict_lets_other_tasks_run_and_loads_what_from_dict_loads() -> None:
+    config, state = await many_pending_turns(1000)
+    memory, ticks, loaded = await afrom_dict_beside_from_dict(config, state)
+    # Reading and building 1,000 turns, a step of STEP_TURNS at a time.
+    assert ticks >= 1000 // schema.STEP_TURNS
+    assert loaded == state
+    await memory.aclose()
 
 
 @pytest.mark.anyio
@@ -603,22 +615,13 @@ async def test_afrom_dict_of_a_large_penguiflow_state_lets_other_tasks_run() -> 
         "health": "healthy",
         "config_snapshot": state["config_snapshot"],
     }
-    memory = DefaultShortTermMemory(config=config, summarizer=joining, key=KEY_A)
-    ticker = Ticker()
-    await asyncio.sleep(0)
-    before = ticker.ticks
-    await memory.afrom_dict(v1)
+    memory, ticks, loaded = await afrom_dict_beside_from_dict(config, v1)
     # Validated in one step, then its turns built a step of STEP_TURNS at a time.
-    assert ticker.ticks - before >= 1000 // schema.STEP_TURNS
-    await ticker.stop()
-    other = DefaultShortTermMemory(config=config, summarizer=joining, key=KEY_A)
-    other.from_dict(v1)
-    assert observe_sync(memory) == observe_sync(other)
-    assert [t["user_message"] for t in memory.to_dict()["pending"]] == [
+    assert ticks >= 1000 // schema.STEP_TURNS
+    assert [t["user_message"] for t in loaded["pending"]] == [
         t["user_message"] for t in state["pending"]
     ]
     await memory.aclose()
-    await other.aclose()
 
 
 @pytest.mark.anyio
