@@ -73,12 +73,15 @@ with warnings.catch_warnings():
 # Hypothesis reads the literal constants of every module outside site-packages (here the
 # kit and the reference, installed editable) when a run collects its first test: some 40 ms
 # a run, done once here. Later runs read only the modules they import themselves.
+# Hypothesis warns of that too (as of 6.170), here on purpose and silenced.
 try:
     from hypothesis.internal.conjecture.providers import _get_local_constants
 except ImportError:  # another version of hypothesis: each run reads them as before
     pass
 else:
-    _get_local_constants()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HypothesisSideeffectWarning)
+        _get_local_constants()
 
 # Every object imported so far outlives the runs: out of the collector's sight, a run's
 # full collections (pytest's at exit, hypothesis', the automatic ones) walk only what the
