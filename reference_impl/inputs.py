@@ -15,6 +15,7 @@ from .types import ConversationTurn, TrajectoryDigest
 
 __all__ = [
     "MAX_DEPTH",
+    "MAX_INT_DIGITS",
     "MAX_REVISION",
     "MAX_TURN_ID",
     "STORED_TURN_FIELDS",
@@ -33,6 +34,10 @@ MAX_DEPTH = 64
 MAX_REVISION = 2**63 - 1
 #: Longest turn id: an id names a turn, it does not carry data.
 MAX_TURN_ID = 256
+#: Most decimal digits of an ``int`` in artifacts: Python's default limit on converting an
+#: int to text, so ``json.dumps`` (every store) can write it.
+MAX_INT_DIGITS = 4300
+_INT_BOUND = 10**MAX_INT_DIGITS
 #: The fields of a turn in a stored state (``schema.TurnV2``).
 STORED_TURN_FIELDS = frozenset(
     (
@@ -72,8 +77,9 @@ def check_text(value: str, where: str) -> None:
 def check_json(value: Any, where: str, *, max_depth: int = MAX_DEPTH) -> None:
     """Raise unless ``value`` is plain JSON data that every store gives back as it was.
 
-    Plain: ``dict`` with ``str`` keys, ``list``, ``str``, ``int``, finite ``float``,
-    ``bool``, ``None``; at most ``max_depth`` deep; text valid Unicode. A tuple would
+    Plain: ``dict`` with ``str`` keys, ``list``, ``str``, ``int`` (at most
+    :data:`MAX_INT_DIGITS` digits), finite ``float``, ``bool``, ``None``; at most
+    ``max_depth`` deep; text valid Unicode. A tuple would
     come back as a list and an ``int`` key as a string, so they are refused too.
 
     Raises:
@@ -94,14 +100,16 @@ def check_json(value: Any, where: str, *, max_depth: int = MAX_DEPTH) -> None:
 
 def _plain(value: Any, depth_left: int) -> bool:
     """Whether every value in ``value`` has exactly a plain type (``dict`` with text keys,
-    ``list``, text, finite ``float``, ``int``, ``bool``, ``None``) with containers fewer
+    ``list``, text, finite ``float``, ``int`` in range, ``bool``, ``None``) with containers fewer
     than ``depth_left`` levels deep: what the walk below passes, checked without its
     bookkeeping. Loaded states and turns are nearly always such data; the walk decides
     anything else (and names the problem)."""
     kind = type(value)
     if kind is str:
         return value.isascii() or text_problem(value) is None
-    if kind is int or kind is bool or value is None:
+    if kind is int:
+        return bool(-_INT_BOUND < value < _INT_BOUND)
+    if kind is bool or value is None:
         return True
     if kind is float:
         return math.isfinite(value)
@@ -134,8 +142,14 @@ def _walk(value: Any, where: str, max_depth: int) -> None:
             problem = text_problem(item)
             if problem is not None:
                 raise ValueError(f"{_path(where, place)}: {problem}")
-        elif isinstance(item, bool) or item is None or isinstance(item, int):
+        elif isinstance(item, bool) or item is None:
             continue
+        elif isinstance(item, int):
+            if not -_INT_BOUND < item < _INT_BOUND:
+                raise ValueError(
+                    f"{_path(where, place)}: an int of more than {MAX_INT_DIGITS} digits,"
+                    " which no store can write as JSON"
+                )
         elif isinstance(item, float):
             if not math.isfinite(item):
                 raise ValueError(f"{_path(where, place)}: {item!r} is not a finite number")

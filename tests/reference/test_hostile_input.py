@@ -31,6 +31,7 @@ from reference_impl import (
 )
 from reference_impl.inputs import (
     MAX_DEPTH,
+    MAX_INT_DIGITS,
     MAX_REVISION,
     MAX_TURN_ID,
     STORED_TURN_FIELDS,
@@ -79,6 +80,7 @@ BAD_TURNS: dict[str, ConversationTurn] = {
     "artifacts-too-deep": ConversationTurn("u", "a", artifacts_shown={"k": _nested(MAX_DEPTH)}),
     "artifacts-far-too-deep": ConversationTurn("u", "a", artifacts_shown={"k": _nested(5000)}),
     "artifacts-inf": ConversationTurn("u", "a", artifacts_shown={"k": {"x": float("-inf")}}),
+    "artifacts-int-too-long": ConversationTurn("u", "a", artifacts_shown={"k": [-(10**4300)]}),
     "ts-beyond-float": ConversationTurn("u", "a", ts=10**400),
     "ts-int-no-float-holds": ConversationTurn("u", "a", ts=2**53 + 1),
     "surrogate-turn-id": ConversationTurn("u", "a", turn_id=f"id-{LONE}"),
@@ -113,6 +115,7 @@ async def test_what_add_turn_accepts_round_trips_through_sqlite(tmp_path: Path) 
         artifacts_shown={
             "deep": _nested(MAX_DEPTH - 1),  # the deepest accepted
             "big": 10**30,
+            "longest": -(10**MAX_INT_DIGITS - 1),  # the int of the most digits accepted
             "tiny": 5e-324,
             "": None,
         },
@@ -150,6 +153,8 @@ def _state_with(change: str) -> dict[str, Any]:
     turn = state["turns"][0]
     if change == "nan-artifact":
         turn["artifacts_shown"] = {"x": [float("nan")]}
+    elif change == "int-too-long-artifact":
+        turn["artifacts_shown"] = {"x": 10**MAX_INT_DIGITS}
     elif change == "surrogate-summary":
         state["summary"] = f"ok{LONE}"
     elif change == "surrogate-message":
@@ -174,6 +179,7 @@ def _state_with(change: str) -> dict[str, Any]:
     "change",
     [
         "nan-artifact",
+        "int-too-long-artifact",
         "surrogate-summary",
         "surrogate-message",
         "surrogate-key",
@@ -231,8 +237,15 @@ def _check_json_by_paths(value: Any, where: str, max_depth: int) -> None:
                     f"{path}: lone surrogate {item[exc.start]!r} at index {exc.start}: "
                     "not valid Unicode text"
                 ) from None
-        elif isinstance(item, bool) or item is None or isinstance(item, int):
+        elif isinstance(item, bool) or item is None:
             continue
+        elif isinstance(item, int):
+            try:
+                str(item)  # as json.dumps does: Python refuses ints of more than 4300 digits
+            except ValueError:
+                raise ValueError(
+                    f"{path}: an int of more than 4300 digits, which no store can write as JSON"
+                ) from None
         elif isinstance(item, float):
             if not math.isfinite(item):
                 raise ValueError(f"{path}: {item!r} is not a finite number")
@@ -251,12 +264,16 @@ def _check_json_by_paths(value: Any, where: str, max_depth: int) -> None:
             raise TypeError(f"{path}: {type(item).__name__} is not plain JSON data")
 
 
+#: The int of the most digits a store can write (4300, Python's limit for int to text).
+_LONGEST_INT = 10**MAX_INT_DIGITS - 1
 # Lone surrogates among the characters (hypothesis' own text strategies leave them out).
 _TEXT = st.text(st.sampled_from(["a", "é", "\x00", "🐧", "\ud800", "\udfff"]), max_size=4)
 _LEAVES = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(),
+    # Mapped: hypothesis' repr of a strategy that lists these ints would exceed the limit.
+    st.integers(0, 2).map(lambda i: (_LONGEST_INT, _LONGEST_INT + 1, -_LONGEST_INT - 1)[i]),
     st.floats(),  # NaN and ±inf among them
     _TEXT,
     st.tuples(st.integers()),
@@ -278,6 +295,8 @@ _VALUES = st.recursive(
 @example([[[]]], 2)
 @example([[[]]], 3)
 @example({"a": [{"b": 1.5}]}, 2)
+@example({"a": [_LONGEST_INT, -_LONGEST_INT]}, 2)
+@example({"a": [1, _LONGEST_INT + 1]}, 2)
 def test_check_json_refuses_what_the_plain_reading_refuses_with_the_same_message(
     value: Any, max_depth: int
 ) -> None:
@@ -395,6 +414,8 @@ _ODD_FIELDS: dict[str, list[Any]] = {
         {"a": [_Text("x")]},
         {"a": {"b": LONE}},
         {"a": 2**70, "b": True, "c": None, "d": 1.5, "e": [], "f": {}},
+        {"a": [10**MAX_INT_DIGITS - 1]},
+        {"a": [10**MAX_INT_DIGITS]},
         {"a": _IntLike(1)},
         {"a": object()},
         _chain(MAX_DEPTH),
