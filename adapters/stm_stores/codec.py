@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from reference_impl.inputs import MAX_REVISION
 from reference_impl.store import (
     CorruptStateError,
     InvalidStateError,
@@ -36,15 +37,17 @@ def check_key(key: object) -> str:
 
 
 def check_expected_revision(expected_revision: object) -> int | None:
-    """Return ``expected_revision`` if it is ``None`` or a non-negative int, else raise."""
+    """Return ``expected_revision`` if it is ``None`` or an int from 0 to 2**63 - 1 (what
+    every store can compare: SQLite keeps a revision in a signed 64-bit integer), else
+    raise."""
     if expected_revision is None:
         return None
     if type(expected_revision) is not int:
         raise TypeError(
             f"expected_revision must be None or int, not {type(expected_revision).__name__}"
         )
-    if expected_revision < 0:
-        raise ValueError(f"expected_revision must be non-negative, not {expected_revision}")
+    if not 0 <= expected_revision <= MAX_REVISION:
+        raise ValueError(f"expected_revision must be from 0 to 2**63 - 1, not {expected_revision}")
     return expected_revision
 
 
@@ -54,15 +57,15 @@ def encode_state(key: str, state: Mapping[str, Any]) -> tuple[int, str]:
     Raises :class:`InvalidStateError` unless ``state`` is a mapping that survives a
     JSON round trip unchanged (so tuples, non-str dict keys and NaN are refused
     rather than silently altered), holds only valid Unicode text, and its revision is
-    a non-negative int.
+    an int from 0 to 2**63 - 1.
     """
     if not isinstance(state, Mapping):
         raise InvalidStateError(f"state must be a mapping, not {type(state).__name__}", key=key)
     plain = dict(state)
     revision = revision_of(plain)
-    if type(revision) is not int or revision < 0:
+    if type(revision) is not int or not 0 <= revision <= MAX_REVISION:
         raise InvalidStateError(
-            f"state revision must be a non-negative int, not {revision!r}", key=key
+            f"state revision must be an int from 0 to 2**63 - 1, not {revision!r}", key=key
         )
     try:
         text = json.dumps(plain, ensure_ascii=False, allow_nan=False, separators=(",", ":"))

@@ -21,7 +21,12 @@ from functools import partial
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 
-from reference_impl.store import CorruptStateError, StaleStateError, StateStoreError
+from reference_impl.store import (
+    CorruptStateError,
+    InvalidStateError,
+    StaleStateError,
+    StateStoreError,
+)
 
 from ._worker import WorkerThread
 from .codec import check_expected_revision, check_key, decode_state, encode_state
@@ -385,6 +390,8 @@ class SQLiteStateStore:
             error = StateStoreError(
                 f"cannot {write.action} in SQLite database {self._path!r}: {exc}", key=write.key
             )
+        elif isinstance(exc, OverflowError):  # an int beyond SQLite's 64 bits
+            error = InvalidStateError(f"cannot {write.action}: {exc}", key=write.key)
         elif isinstance(exc, StateStoreError) and exc.key != write.key:
             # The whole transaction failed (a lock timeout, a vanished file).
             error = StateStoreError(
@@ -431,6 +438,8 @@ class SQLiteStateStore:
                 raise StateStoreError(
                     f"cannot {action} in SQLite database {self._path!r}: {exc}", key=key
                 ) from exc
+            except OverflowError as exc:  # an int beyond SQLite's 64 bits, not caught before
+                raise InvalidStateError(f"cannot {action}: {exc}", key=key) from exc
 
     def _identity(self) -> tuple[int, int] | None:
         """The database file's device and inode; ``None`` for ``":memory:"``.

@@ -30,6 +30,8 @@ Turn = tuple[dict[str, Any], str]
 
 
 _NONE: Mapping[int, Turn] = {}
+#: The seqs a row can hold: SQLite's INTEGER is a signed 64-bit integer.
+_SEQ_MIN, _SEQ_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +84,9 @@ def split_state(key: str, state: object, base: Rows | None) -> Split | None:
             if type(item) is not dict:
                 return None
             seq = item.get("seq")
-            if type(seq) is not int or seq in turns:
-                return None  # not a memory state: kept whole
+            if type(seq) is not int or not _SEQ_MIN <= seq <= _SEQ_MAX or seq in turns:
+                # Not a memory state, or a seq no row can hold: kept whole.
+                return None
             cached = known(seq)
             if cached is not None and cached[0] == item:
                 turns[seq] = cached

@@ -206,6 +206,7 @@ async def test_only_one_concurrent_conditional_save_wins(store: Store) -> None:
         pytest.param(state(by_id={1: "one"}), id="int-dict-key"),
         pytest.param({"revision": "3"}, id="str-revision"),
         pytest.param({"revision": -1}, id="negative-revision"),
+        pytest.param({"revision": 2**63}, id="revision-past-int64"),
         pytest.param({"revision": True}, id="bool-revision"),
         pytest.param({"revision": 1.0}, id="float-revision"),
     ],
@@ -286,6 +287,28 @@ async def test_non_int_expected_revision_is_rejected(store: Store, expected: Any
     with pytest.raises(TypeError):
         await store.save_memory_state_if("s", state(2), expected_revision=expected)
     assert await store.load_memory_state("s") == state(1)
+
+
+@pytest.mark.parametrize("expected", [-1, 2**63])
+async def test_out_of_range_expected_revision_is_rejected(store: Store, expected: int) -> None:
+    await store.save_memory_state("s", state(1))
+    with pytest.raises(ValueError, match="from 0 to 2"):
+        await store.save_memory_state_if("s", state(2), expected_revision=expected)
+    assert await store.load_memory_state("s") == state(1)
+
+
+async def test_turn_seqs_at_and_beyond_64_bits_round_trip(store: Store) -> None:
+    # At the bounds of SQLite's INTEGER a turn gets a row; beyond them the state is kept
+    # whole (SQLite would raise OverflowError binding such a seq).
+    def turns(*seqs: int) -> list[dict[str, Any]]:
+        return [{"seq": seq, "user_message": f"turn {seq}"} for seq in seqs]
+
+    at_bounds = state(1, turns=turns(2**63 - 1, -(2**63)))
+    beyond = state(2, turns=turns(2**63 - 1, 2**63, -(2**63) - 1))
+    await store.save_memory_state("s", at_bounds)
+    assert await store.load_memory_state("s") == at_bounds
+    await store.save_memory_state_if("s", beyond, expected_revision=1)
+    assert await store.load_memory_state("s") == beyond
 
 
 async def test_loaded_state_is_not_aliased(store: Store) -> None:
