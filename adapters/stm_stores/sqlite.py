@@ -8,6 +8,7 @@ whole conversation again.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import secrets
 import sqlite3
@@ -85,7 +86,10 @@ class SQLiteStateStore:
     stores, in any number of processes, may open the same file: conditional saves
     compare and write inside one ``BEGIN IMMEDIATE`` transaction, so they stay
     atomic across processes. File databases use WAL mode so readers do not block
-    the writer. ``":memory:"`` gives a private database per store.
+    the writer. ``":memory:"`` gives a private database per store. A relative path is
+    taken from the working directory at construction. A file deleted or replaced while
+    the store has it open fails the next operation with :class:`StateStoreError`
+    (``file:`` URIs, which SQLite may be built to accept as paths, are not watched).
 
     A state shaped like ``memory.to_dict()`` (lists ``turns``, ``pending``, ``backlog``
     of objects with distinct integer ``seq``) is kept one row per turn: a save writes the
@@ -118,6 +122,12 @@ class SQLiteStateStore:
         cached_keys: int = 1024,
         durability: Literal["full", "normal"] = "full",
     ) -> None:
+        if (
+            not isinstance(timeout_s, int | float)
+            or isinstance(timeout_s, bool)
+            or not 0 <= timeout_s < math.inf
+        ):
+            raise ValueError(f"timeout_s must be a finite number >= 0, not {timeout_s!r}")
         if type(cached_keys) is not int or cached_keys < 0:
             raise ValueError(f"cached_keys must be a non-negative int, not {cached_keys!r}")
         if durability not in ("full", "normal"):
@@ -125,7 +135,13 @@ class SQLiteStateStore:
         self._durability = durability
         self._cached_keys = cached_keys
         self._path = os.fspath(path)
-        self._where = os.path.abspath(self._path)  # where connect() opens it, from here
+        # Opened, and checked for deletion, by its absolute path: a later os.chdir must
+        # not make the store open another file than the one it checks.
+        self._where = (
+            self._path
+            if self._path in ("", ":memory:") or self._path.startswith("file:")
+            else os.path.abspath(self._path)
+        )
         self._timeout_s = timeout_s
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
@@ -336,6 +352,13 @@ class SQLiteStateStore:
                         self._queue.remove(write)
                     raise
                 continue
+            if self._closed:  # closed while this write waited: no transaction, no thread
+                batch, self._queue = self._queue, []
+                for queued in batch:
+                    queued.fail(
+                        StateStoreError(f"cannot {queued.action}: store is closed", key=queued.key)
+                    )
+                continue
             self._batch_ended = asyncio.Event()
             batch, self._queue = self._queue, []
             try:
@@ -447,7 +470,7 @@ class SQLiteStateStore:
         An open connection keeps writing to a file that was deleted or replaced, and every
         write is lost when it closes: each operation compares this with the opened file's.
         """
-        if self._path in ("", ":memory:") or self._path.startswith("file:"):
+        if self._where is self._path:  # a private database or a URI: no file to watch
             return None
         try:
             status = os.stat(self._where)
@@ -474,7 +497,7 @@ class SQLiteStateStore:
     def _open(self) -> sqlite3.Connection:
         # isolation_level=None: no implicit transactions; save_if manages its own.
         conn = sqlite3.connect(
-            self._path,
+            self._where,
             timeout=self._timeout_s,
             isolation_level=None,
             check_same_thread=False,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import multiprocessing
@@ -288,6 +289,59 @@ async def test_a_relative_path_is_checked_where_it_was_opened(
     await store.save_memory_state("k", {"version": 2, "revision": 2})
     assert (await store.load_memory_state("k"))["revision"] == 2
     store.close()
+
+
+async def test_a_relative_path_is_opened_where_the_store_was_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The process moves before the first use: the store opens the file it will check.
+    (tmp_path / "made").mkdir()
+    (tmp_path / "used").mkdir()
+    monkeypatch.chdir(tmp_path / "made")
+    store = SQLiteStateStore("state.db")
+    monkeypatch.chdir(tmp_path / "used")
+    await store.save_memory_state("k", {"version": 2, "revision": 1})
+    assert (tmp_path / "made" / "state.db").is_file()
+    assert not (tmp_path / "used" / "state.db").exists()
+    _remove(tmp_path / "made" / "state.db")
+    with pytest.raises(StateStoreError, match="deleted or replaced while open"):
+        await store.save_memory_state("k", {"version": 2, "revision": 2})
+    store.close()
+
+
+async def test_a_save_queued_when_the_store_closes_fails_and_starts_no_thread(
+    db_path: Path,
+) -> None:
+    store = SQLiteStateStore(db_path)
+    await store.save_memory_state("warm", {"revision": 1})
+    release = threading.Event()
+    blocker = asyncio.create_task(store._worker.run(release.wait))  # the thread is busy
+    await asyncio.sleep(0)
+    leading = asyncio.create_task(store.save_memory_state("a", {"revision": 1}))
+    queued = asyncio.create_task(store.save_memory_state("b", {"revision": 1}))
+    for _ in range(100):  # the first leads a transaction, the second waits for the next
+        await asyncio.sleep(0)
+        if store._queue:
+            break
+    assert store._queue and store._batch_ended is not None
+    store.close()  # the thread ends once the calls queued so far have run
+    release.set()
+    await blocker
+    for task in (leading, queued):
+        with pytest.raises(StateStoreError, match="store is closed"):
+            await task
+    for thread in threading.enumerate():
+        if thread.name.startswith("stm-sqlite"):
+            thread.join(timeout=2)
+            assert not thread.is_alive(), "a thread started for a save after the close"
+    async with SQLiteStateStore(db_path) as reader:
+        assert await reader.keys() == ["warm"]
+
+
+@pytest.mark.parametrize("timeout_s", [-1, math.nan, math.inf, None, "5", True])
+def test_a_bad_timeout_is_refused_when_the_store_is_made(timeout_s: Any) -> None:
+    with pytest.raises(ValueError, match="timeout_s must be a finite number >= 0"):
+        SQLiteStateStore(timeout_s=timeout_s)
 
 
 def _remove(db_path: Path) -> None:
