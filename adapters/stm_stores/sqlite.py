@@ -135,13 +135,11 @@ class SQLiteStateStore:
         self._durability = durability
         self._cached_keys = cached_keys
         self._path = os.fspath(path)
-        # Opened, and checked for deletion, by its absolute path: a later os.chdir must
-        # not make the store open another file than the one it checks.
-        self._where = (
-            self._path
-            if self._path in ("", ":memory:") or self._path.startswith("file:")
-            else os.path.abspath(self._path)
-        )
+        #: A file to open, and to check for deletion, by its absolute path (a later
+        #: os.chdir must not make the store open another file than the one it checks);
+        #: not a private database or a URI.
+        self._watched = not (self._path in ("", ":memory:") or self._path.startswith("file:"))
+        self._where = os.path.abspath(self._path) if self._watched else self._path
         self._timeout_s = timeout_s
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
@@ -470,7 +468,7 @@ class SQLiteStateStore:
         An open connection keeps writing to a file that was deleted or replaced, and every
         write is lost when it closes: each operation compares this with the opened file's.
         """
-        if self._where is self._path:  # a private database or a URI: no file to watch
+        if not self._watched:
             return None
         try:
             status = os.stat(self._where)
