@@ -54,9 +54,10 @@ class HealthMachine:
             return old, self.state
         self.failures += 1
         if self.failures <= self.retry_attempts:
-            # HLT-002: retry n waits base * 2**(n-1).
+            # HLT-002: retry n waits base * 2**(n-1). The exponent is capped: past 2**1000
+            # a float overflows, and any wait that long is already forever.
             self.state = MemoryHealth.RETRY
-            self.not_before = now + self.backoff_base_s * 2 ** (self.failures - 1)
+            self.not_before = now + self.backoff_base_s * 2.0 ** min(self.failures - 1, 1000)
         else:
             self.state = MemoryHealth.DEGRADED
             self.not_before = now + self.degraded_interval_s

@@ -223,10 +223,11 @@ class ShortTermMemoryConfig:
                 raise TypeError(f"{name} must be an int")
             if value < 0:
                 raise ValueError(f"{name} must be >= 0")
+        # Written so that NaN, which compares false with everything, is refused too.
         for name in ("retry_backoff_base_s", "degraded_retry_interval_s"):
-            if getattr(self, name) < 0:
+            if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0")
-        if self.summarizer_timeout_s is not None and self.summarizer_timeout_s <= 0:
+        if self.summarizer_timeout_s is not None and not self.summarizer_timeout_s > 0:
             raise ValueError("summarizer_timeout_s must be > 0 or None")
 
 

@@ -1,4 +1,5 @@
-"""The kit's contract: importable on its own, and ``MemoryKey.composite()`` injective.
+"""The kit's contract: importable on its own, ``MemoryKey.composite()`` injective, and
+configurations with impossible timings refused.
 
 ``composite()`` is the default storage key of every backend (``Provider.storage_key``), so
 the kit tests it here as its own code; backends are checked for KEY-002 by the suite.
@@ -6,6 +7,7 @@ the kit tests it here as its own code; backends are checked for KEY-002 by the s
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -13,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stm_conformance.contract import MemoryKey
+from stm_conformance.contract import MemoryKey, ShortTermMemoryConfig
 from stm_conformance.suite.test_key import ADVERSARIAL_KEYS
 
 PART = st.lists(st.sampled_from(["a", ":", "%", "3", "A", "é", "e\u0301", "🦜"]), max_size=6).map(
@@ -46,3 +48,20 @@ def test_unencodable_or_non_string_parts_are_rejected() -> None:
         MemoryKey("t", "u", "\ud800")
     with pytest.raises(TypeError):
         MemoryKey("t", "u", 42)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("retry_backoff_base_s", -1.0),
+        ("retry_backoff_base_s", math.nan),
+        ("degraded_retry_interval_s", math.nan),
+        ("summarizer_timeout_s", 0.0),
+        ("summarizer_timeout_s", math.nan),
+    ],
+)
+def test_impossible_timings_are_refused(name: str, value: float) -> None:
+    # NaN compares false with every bound: a memory given it retried without pause.
+    with pytest.raises(ValueError, match=name):
+        ShortTermMemoryConfig(**{name: value})  # type: ignore[arg-type]
+    ShortTermMemoryConfig(**{name: 0.5})  # type: ignore[arg-type]  # a good value passes

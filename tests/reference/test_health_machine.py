@@ -39,6 +39,17 @@ def test_first_failure_moves_healthy_to_retry() -> None:
 
 
 @pytest.mark.requirement("HLT-002")
+@pytest.mark.parametrize("base", [0.0, 2.0])
+def test_thousands_of_retries_never_overflow_the_backoff(base: float) -> None:
+    health = machine(retry_attempts=3000, base=base)
+    for _ in range(3000):
+        health.on_failure(now=0.0)  # 2 ** 1024 overflowed a float here
+    assert health.state is RETRY and health.failures == 3000
+    assert health.wait_s(now=0.0) == base * 2.0**1000
+    assert health.on_failure(now=0.0) == (RETRY, DEGRADED)
+
+
+@pytest.mark.requirement("HLT-002")
 @pytest.mark.parametrize("retry_attempts", [1, 2, 3, 6])
 @pytest.mark.parametrize("base", [0.001, 0.5, 2.0])
 def test_retry_n_waits_base_times_two_to_the_n_minus_one(retry_attempts: int, base: float) -> None:
