@@ -78,6 +78,9 @@ class DefaultShortTermMemory:
             metered=not self._budget.defers_measuring,
         )
         self._worker: asyncio.Task[None] | None = None
+        #: What ended the last worker when it should not have (a bug): ``flush`` raises it
+        #: rather than wait for work that nobody does.
+        self._crash: BaseException | None = None
         self._changes = 0
         #: The turns of the last persist, shared with the next one (schema.dump_reusing).
         self._records: schema.Records = {}
@@ -153,7 +156,12 @@ class DefaultShortTermMemory:
         return self._budget.tokens(self._state)
 
     async def flush(self) -> None:
-        """Wait until every turn pending now is summarized, or memory is degraded (WM-007)."""
+        """Wait until every turn pending now is summarized, or memory is degraded (WM-007).
+
+        Raises:
+            RuntimeError: the summarizer worker crashed (a bug; it is logged), rather than
+                wait for work nobody does. The next call starts a new worker.
+        """
         if self._config.strategy != "rolling_summary" or self._closed:
             return
         state = self._state
@@ -168,6 +176,8 @@ class DefaultShortTermMemory:
             and state.summarized_through < target
             and not state.health.degraded
         ):
+            if self._crash is not None:
+                raise RuntimeError("the summarizer worker crashed") from self._crash
             await self._changed.wait()
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -323,8 +333,16 @@ class DefaultShortTermMemory:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # no loop (e.g. from_dict at import time): the next async call starts it
+        self._crash = None
         self._worker = loop.create_task(self._work(), name="stm-summarizer")
-        self._worker.add_done_callback(_log_crash)
+        self._worker.add_done_callback(self._worker_ended)
+
+    def _worker_ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or (exc := task.exception()) is None:
+            return
+        logger.error("summarizer worker crashed", exc_info=exc)
+        self._crash = exc
+        self._notify()  # flush() waiters see it
 
     async def _work(self) -> None:
         """The only place the summarizer is called: one call at a time (WM-004)."""
@@ -379,8 +397,13 @@ class DefaultShortTermMemory:
     def _reject_summary(
         self, state: MemoryState, batch: watermark.Batch, summary: str
     ) -> str | None:
-        """BUD-007: a summary over its budget is a summarizer failure."""
-        return self._budget.refuse_summary(state, batch, summary)
+        """BUD-007: a summary over its budget is a summarizer failure. So is one the token
+        estimator fails to measure (it raises, or returns no number): it cannot be known
+        to fit."""
+        try:
+            return self._budget.refuse_summary(state, batch, summary)
+        except Exception as exc:
+            return f"token estimator raised {type(exc).__name__} on the summary: {exc}"
 
 
 async def call_summarizer(
@@ -461,9 +484,3 @@ def saved_for(data: Any, key: str) -> bool:
         logger.warning("refusing to hydrate %r with state saved for %r", key, stored_key)
         return False
     return True
-
-
-def _log_crash(task: asyncio.Task[None]) -> None:
-    # Retrieve the exception so it is logged once, never "never retrieved".
-    if not task.cancelled() and (exc := task.exception()) is not None:
-        logger.error("summarizer worker crashed", exc_info=exc)

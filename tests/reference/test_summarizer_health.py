@@ -428,3 +428,50 @@ async def test_turns_dropped_while_a_recovery_call_holds_them_are_not_counted() 
         # u0 and u1 were in the recovery call: only u2 was lost.
         assert calls[1] == ["u0", "u1"], calls
         assert memory.dropped_turns == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.requirement("HLT-007", "WM-007")
+@pytest.mark.parametrize("answer", ["raises", "none"])
+async def test_an_estimator_failing_on_the_summary_fails_the_call(answer: str) -> None:
+    # The summary cannot be known to fit its budget: the call failed, and flush() returns
+    # once the memory is degraded instead of waiting on a worker that died.
+    def estimator(text: str) -> int:
+        if not text.startswith("u"):  # turns are measured, never the summary
+            return len(text)
+        if answer == "raises":
+            raise RuntimeError("tokenizer unavailable")
+        return None  # type: ignore[return-value]
+
+    summarizer = ScriptedSummarizer()
+    config = rolling(retry_attempts=1, token_estimator=estimator)
+    memory = DefaultShortTermMemory(config=config, summarizer=summarizer)
+    for index in range(3):
+        await memory.add_turn(make_turn(index))
+    await asyncio.wait_for(memory.flush(), 5)
+    assert memory.health is DEGRADED
+    assert len(summarizer.payloads) == 2  # the call and its one retry, each a failure
+    assert "summary" not in await view_of(memory)
+    await memory.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.requirement("WM-007")
+async def test_flush_raises_when_the_worker_crashes_instead_of_waiting_forever(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from reference_impl import watermark
+
+    def broken_install(*args: Any) -> None:
+        raise RuntimeError("a bug in the memory")
+
+    memory = DefaultShortTermMemory(config=rolling(), summarizer=ScriptedSummarizer())
+    with monkeypatch.context() as patch:
+        patch.setattr(watermark, "install", broken_install)
+        await memory.add_turn(make_turn(0))
+        await memory.add_turn(make_turn(1))
+        with pytest.raises(RuntimeError, match="the summarizer worker crashed"):
+            await asyncio.wait_for(memory.flush(), 5)
+    await asyncio.wait_for(memory.flush(), 5)  # the next flush starts a new worker
+    assert "summary" in await view_of(memory)
+    await memory.aclose()
