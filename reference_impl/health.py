@@ -54,10 +54,8 @@ class HealthMachine:
             return old, self.state
         self.failures += 1
         if self.failures <= self.retry_attempts:
-            # HLT-002: retry n waits base * 2**(n-1). The exponent is capped: past 2**1000
-            # a float overflows, and any wait that long is already forever.
             self.state = MemoryHealth.RETRY
-            self.not_before = now + self.backoff_base_s * 2.0 ** min(self.failures - 1, 1000)
+            self.not_before = now + self._retry_wait_s()
         else:
             self.state = MemoryHealth.DEGRADED
             self.not_before = now + self.degraded_interval_s
@@ -70,6 +68,23 @@ class HealthMachine:
         self.state = MemoryHealth.RECOVERING
         self.not_before = now + self.degraded_interval_s
         return old, self.state
+
+    def restart_timers(self, now: float) -> None:
+        """Time the next call from ``now``, as if the state had just been entered: for a
+        loaded state, whose timers (monotonic times) do not cross processes. Loading a
+        state again and again must not bring its retries or recoveries sooner
+        (HLT-002, HLT-006)."""
+        if self.state is MemoryHealth.RETRY:
+            self.not_before = now + self._retry_wait_s()
+        elif self.degraded:
+            self.not_before = now + self.degraded_interval_s
+        else:
+            self.not_before = 0.0
+
+    def _retry_wait_s(self) -> float:
+        # HLT-002: retry n waits base * 2**(n-1). The exponent is capped: past 2**1000 a
+        # float overflows, and any wait that long is already forever.
+        return self.backoff_base_s * 2.0 ** min(self.failures - 1, 1000)
 
     def wait_s(self, now: float) -> float:
         """Seconds until the next call may start (0 when it may start now)."""

@@ -236,6 +236,7 @@ class DefaultShortTermMemory:
         self._install(loaded)
 
     def _install(self, loaded: MemoryState) -> None:
+        loaded.health.restart_timers(self._now())
         self._state = loaded
         self._notify()
         if self._config.strategy == "rolling_summary":

@@ -31,6 +31,25 @@ def test_health_is_a_str_enum_with_the_documented_values() -> None:
     assert MemoryHealth("retry") is RETRY
 
 
+@pytest.mark.requirement("HLT-002", "HLT-006")
+def test_restarted_timers_count_from_the_restart() -> None:
+    health = machine(retry_attempts=3, base=2.0, interval=30.0)
+    health.restart_timers(now=50.0)
+    assert health.wait_s(now=50.0) == 0.0  # HEALTHY: a call may start at once
+    health.on_failure(now=0.0)
+    health.on_failure(now=0.0)
+    health.restart_timers(now=50.0)
+    assert health.wait_s(now=50.0) == 4.0  # retry 2 waits base * 2
+    for _ in range(2):
+        health.on_failure(now=0.0)
+    assert health.state is DEGRADED
+    health.restart_timers(now=50.0)
+    assert health.wait_s(now=50.0) == 30.0
+    health.begin_recovery(now=0.0)
+    health.restart_timers(now=50.0)
+    assert health.wait_s(now=50.0) == 30.0
+
+
 @pytest.mark.requirement("HLT-002")
 def test_first_failure_moves_healthy_to_retry() -> None:
     health = machine()

@@ -475,3 +475,28 @@ async def test_flush_raises_when_the_worker_crashes_instead_of_waiting_forever(
     await asyncio.wait_for(memory.flush(), 5)  # the next flush starts a new worker
     assert "summary" in await view_of(memory)
     await memory.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.requirement("HLT-002", "HLT-006")
+@pytest.mark.parametrize("health", ["retry", "degraded"])
+async def test_loading_a_state_again_and_again_brings_no_call_sooner(health: str) -> None:
+    # A loaded state's timers restart from the load: five loads within a second of a
+    # failure make no call before a 60 s backoff or recovery interval has passed.
+    config = rolling(
+        retry_attempts=5 if health == "retry" else 0,
+        retry_backoff_base_s=60.0,
+        degraded_retry_interval_s=60.0,
+    )
+    summarizer = ScriptedSummarizer(failures=100)
+    memory = DefaultShortTermMemory(config=config, summarizer=summarizer)
+    for index in range(4):
+        await memory.add_turn(make_turn(index))
+    await until(lambda: memory.health.value == health)
+    calls = len(summarizer.payloads)
+    for _ in range(5):
+        memory.from_dict(memory.to_dict())
+        await asyncio.sleep(0.01)
+    assert len(summarizer.payloads) == calls
+    assert memory.health.value == health
+    await memory.aclose()
