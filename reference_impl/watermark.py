@@ -32,6 +32,10 @@ class Batch:
 
 def _to_backlog(state: MemoryState, entry: Entry, limit: int) -> None:
     state.backlog.append(entry)
+    _trim_backlog(state, limit)
+
+
+def _trim_backlog(state: MemoryState, limit: int) -> None:
     while len(state.backlog) > limit:
         # HLT-005: the one documented way a turn is lost without a summary; it is counted.
         state.backlog.popleft()
@@ -59,9 +63,12 @@ def admit(state: MemoryState, entry: Entry, config: ShortTermMemoryConfig) -> No
 
 
 def degrade(state: MemoryState, config: ShortTermMemoryConfig) -> None:
-    """On entering DEGRADED, pending turns become backlog (HLT-004)."""
+    """On entering DEGRADED, pending turns become backlog (HLT-004). Also what a loaded
+    DEGRADED state goes through: a backlog saved under a larger limit is cut to this
+    memory's, and the drops counted (HLT-005)."""
     for entry in state.pending:
         _to_backlog(state, entry, config.recovery_backlog_limit)
+    _trim_backlog(state, config.recovery_backlog_limit)
     state.pending = []
     state.visible_from = 0
     state.visible_size = 0

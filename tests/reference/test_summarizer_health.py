@@ -199,6 +199,28 @@ async def test_degraded_backlog_is_capped_and_drops_are_counted() -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.requirement("HLT-005")
+async def test_a_loaded_backlog_is_cut_to_this_memorys_limit_and_the_drops_counted() -> None:
+    summarizer = ScriptedSummarizer(failures=10_000)
+    wide = rolling(retry_attempts=0, recovery_backlog_limit=10)
+    memory = DefaultShortTermMemory(config=wide, summarizer=summarizer)
+    for index in range(10):
+        await memory.add_turn(make_turn(index))
+    await until(lambda: memory.health is DEGRADED)
+    state = memory.to_dict()
+    assert len(state["backlog"]) == 9 and state["dropped_turns"] == 0
+    narrow = DefaultShortTermMemory(
+        config=rolling(retry_attempts=0, recovery_backlog_limit=3), summarizer=summarizer
+    )
+    narrow.from_dict(state)
+    loaded = narrow.to_dict()
+    assert users(loaded["backlog"], "user_message") == ["u6", "u7", "u8"]
+    assert loaded["dropped_turns"] == narrow.dropped_turns == 6
+    await memory.aclose()
+    await narrow.aclose()
+
+
+@pytest.mark.anyio
 @pytest.mark.requirement("HLT-006")
 async def test_recovery_is_attempted_by_the_memory_and_returns_to_healthy() -> None:
     summarizer = ScriptedSummarizer(failures=1)
