@@ -223,6 +223,13 @@ class ShortTermMemoryConfig:
                 raise TypeError(f"{name} must be an int")
             if value < 0:
                 raise ValueError(f"{name} must be >= 0")
+        if self.summarizer_model is not None:  # copied into every saved state
+            if not isinstance(self.summarizer_model, str):
+                raise TypeError("summarizer_model must be a str or None")
+            try:
+                self.summarizer_model.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("summarizer_model is not valid Unicode text") from None
         # Written so that NaN, which compares false with everything, is refused too.
         for name in ("retry_backoff_base_s", "degraded_retry_interval_s"):
             if not getattr(self, name) >= 0:

@@ -65,3 +65,15 @@ def test_impossible_timings_are_refused(name: str, value: float) -> None:
     with pytest.raises(ValueError, match=name):
         ShortTermMemoryConfig(**{name: value})  # type: ignore[arg-type]
     ShortTermMemoryConfig(**{name: 0.5})  # type: ignore[arg-type]  # a good value passes
+
+
+@pytest.mark.parametrize(
+    ("model", "error"), [(7, TypeError), (math.nan, TypeError), ("gpt-\ud800", ValueError)]
+)
+def test_a_summarizer_model_no_saved_state_could_hold_is_refused(
+    model: object, error: type[Exception]
+) -> None:
+    # The config's snapshot in to_dict() carries it: it must be text that JSON can hold.
+    with pytest.raises(error, match="summarizer_model"):
+        ShortTermMemoryConfig(summarizer_model=model)  # type: ignore[arg-type]
+    assert ShortTermMemoryConfig(summarizer_model="gpt-4o-mini ü").summarizer_model
