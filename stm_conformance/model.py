@@ -199,9 +199,13 @@ class SpecModel:
 
     def fail_once(self) -> None:
         """The first attempt failed and a retry is due: RETRY, nothing else changes
-        (HLT-002, HLT-003); the retry is sent the same batch (WM-004)."""
+        (HLT-002, HLT-003); the retry is sent the same batch (WM-004). With no retries
+        allowed, that failure was the last: DEGRADED (HLT-004)."""
         if self.rolling and self.health == "healthy" and self.pending:
-            self.health = "retry"
+            if self.config.retry_attempts == 0:
+                self.fail()
+            else:
+                self.health = "retry"
 
     def fail(self) -> None:
         """Every call fails until DEGRADED: pending turns move to the backlog (HLT-004)."""

@@ -52,3 +52,15 @@ def test_turns_out_of_order_or_foreign_blame_wm004() -> None:
     model = _model(total=60)
     assert model.check_call(_payload(model, [_u(1), _u(0)]))[0] == "WM-004"  # type: ignore[index]
     assert model.check_call(_payload(model, [_u(4)]))[0] == "WM-004"  # type: ignore[index]
+
+
+def test_one_failure_with_no_retries_allowed_degrades() -> None:
+    for retries, health in ((0, "degraded"), (1, "retry")):
+        model = SpecModel(config(full_zone_turns=1, total_max_tokens=0, retry_attempts=retries))
+        for i in range(3):
+            model.add(turn(i))
+        model.fail_once()
+        assert model.health == health
+        assert [t.place for t in model.turns[:2]] == (
+            ["backlog", "backlog"] if retries == 0 else ["pending", "pending"]
+        )
