@@ -17,7 +17,10 @@ from .health import HealthMachine
 from .tokens import canonical_json, json_string
 from .types import ConversationTurn, MemoryKey
 
-__all__ = ["Entry", "MemoryState", "render_turn", "render_view"]
+__all__ = ["DEPARTED_IDS", "Entry", "MemoryState", "render_turn", "render_view"]
+
+#: How many ids of turns that left a memory it remembers (``MemoryState.departed``).
+DEPARTED_IDS = 64
 
 
 def render_turn(turn: ConversationTurn, *, include_digest: bool) -> dict[str, Any]:
@@ -120,6 +123,11 @@ class MemoryState:
     next_seq: int = 1
     summarized_through: int = 0
     dropped_turns: int = 0
+    #: The ids of the newest turns that left the lists above -- covered by a summary,
+    #: dropped by the window or from a full backlog -- oldest first: a writer that does
+    #: not know whether its save of a turn landed (the store wrote, then raised) finds it
+    #: here when another writer has moved it on since (``session._is_held``).
+    departed: deque[str] = field(default_factory=lambda: deque(maxlen=DEPARTED_IDS))
     revision: int = 0
     metered: bool = True
     #: Whether a stored record is known to hold ``revision`` (hydrated or persisted): a
@@ -204,6 +212,7 @@ class MemoryState:
             next_seq=self.next_seq,
             summarized_through=self.summarized_through,
             dropped_turns=self.dropped_turns,
+            departed=deque(self.departed, maxlen=DEPARTED_IDS),
             revision=self.revision,
             metered=self.metered,
             stored=self.stored,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Generator, Iterable, Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
@@ -112,6 +112,11 @@ class MemoryStateV2(_Strict):
     dropped_turns: int = Field(ge=0)
     revision: int = Field(ge=0, le=MAX_REVISION)
     config_snapshot: dict[str, JsonValue] = Field(default_factory=dict)
+    #: Ids of the newest turns that left the memory (``MemoryState.departed``); written
+    #: only when there are any.
+    departed_turn_ids: list[Annotated[str, Field(min_length=1, max_length=MAX_TURN_ID)]] = Field(
+        default_factory=list
+    )
 
 
 # -- v1 (PenguiFlow) -----------------------------------------------------------------
@@ -260,7 +265,7 @@ def turn_lists(state: MemoryState) -> tuple[tuple[str, Iterable[Entry]], ...]:
 
 def _dump_head(state: MemoryState, config: ShortTermMemoryConfig) -> dict[str, Any]:
     """Every field of :func:`dump` but the lists of turns."""
-    return {
+    head: dict[str, Any] = {
         "version": STATE_VERSION,
         "spec_version": SPEC_VERSION,
         "key": None if state.key is None else state.key.as_dict(),
@@ -275,6 +280,9 @@ def _dump_head(state: MemoryState, config: ShortTermMemoryConfig) -> dict[str, A
         "revision": state.revision,
         "config_snapshot": config_snapshot(config),
     }
+    if state.departed:  # left out otherwise: states without ids stay as they were
+        head["departed_turn_ids"] = list(state.departed)
+    return head
 
 
 # -- load ----------------------------------------------------------------------------
@@ -459,6 +467,7 @@ def _load_steps(
         dropped_turns=model.dropped_turns,
         revision=model.revision,
     )
+    state.departed.extend(model.departed_turn_ids)  # the newest DEPARTED_IDS of them
     for entry in entries["turns"]:
         state.push_recent(entry)
     state.pending = entries["pending"]

@@ -901,17 +901,20 @@ def _is_held(turn: ConversationTurn, stored: set[TurnId]) -> bool:
 
 
 def _stored_turn_ids(memory: RoutedMemory) -> set[TurnId]:
-    """The ids of the turns a memory keeps verbatim (recent, pending, backlog); none for a
+    """The ids of the turns a memory keeps verbatim (recent, pending, backlog), and of the
+    newest turns that left it (``departed_turn_ids``: summarized, or dropped); none for a
     memory without ``to_dict``."""
     to_dict = getattr(memory, "to_dict", None)
     if to_dict is None:
         return set()
     state = to_dict()
-    return {
+    held: set[TurnId] = {
         t.get("turn_id") or (t["user_message"], t["assistant_response"], float(t["ts"]))
         for part in ("turns", "pending", "backlog")
         for t in state.get(part, ())
     }
+    held.update(state.get("departed_turn_ids", ()))
+    return held
 
 
 def _retrieve(task: asyncio.Task[None]) -> None:

@@ -38,8 +38,15 @@ def _to_backlog(state: MemoryState, entry: Entry, limit: int) -> None:
 def _trim_backlog(state: MemoryState, limit: int) -> None:
     while len(state.backlog) > limit:
         # HLT-005: the one documented way a turn is lost without a summary; it is counted.
-        state.backlog.popleft()
+        _depart(state, state.backlog.popleft())
         state.dropped_turns += 1
+
+
+def _depart(state: MemoryState, entry: Entry) -> None:
+    """``entry`` leaves the memory's lists: remember its id (``MemoryState.departed``)."""
+    turn_id = entry.turn.turn_id
+    if turn_id is not None:
+        state.departed.append(turn_id)
 
 
 def evict_oldest_recent(state: MemoryState, config: ShortTermMemoryConfig) -> None:
@@ -51,7 +58,9 @@ def evict_oldest_recent(state: MemoryState, config: ShortTermMemoryConfig) -> No
     entry = state.pop_recent()
     if rolling:  # degraded
         _to_backlog(state, entry, config.recovery_backlog_limit)
-    # truncation keeps no older turns by design (STR-002)
+    elif (turn_id := entry.turn.turn_id) is not None:
+        # Truncation keeps no older turns (STR-002). _depart, inlined: every add_turn.
+        state.departed.append(turn_id)
 
 
 def admit(state: MemoryState, entry: Entry, config: ShortTermMemoryConfig) -> None:
@@ -87,6 +96,8 @@ def install(state: MemoryState, batch: Batch, summary: str) -> None:
     through = batch.through
     state.set_summary(summary)
     state.summarized_through = through
+    for entry in batch.entries:
+        _depart(state, entry)
     if batch.recovering:
         # Batch turns dropped from a full backlog while this call held them are covered by
         # its summary after all: they were not lost.

@@ -58,6 +58,8 @@ def dump_json(
         f'"revision":{int(state.revision)},'
         f'"config_snapshot":{config_text or config_json(config)}'
     )
+    if state.departed:
+        head += f',"departed_turn_ids":{_COMPACT.encode(list(state.departed))}'
     lists = ",".join(
         f'"{name}":[{",".join(map(text, entries))}]' for name, entries in turn_lists(state)
     )

@@ -171,6 +171,14 @@ def _state_with(change: str) -> dict[str, Any]:
         state["version"] = 2.0
     elif change == "object-in-snapshot":
         state["config_snapshot"] = {"x": object()}
+    elif change == "departed-id-empty":
+        state["departed_turn_ids"] = ["a", ""]
+    elif change == "departed-id-long":
+        state["departed_turn_ids"] = ["x" * (MAX_TURN_ID + 1)]
+    elif change == "departed-id-surrogate":
+        state["departed_turn_ids"] = [f"id-{LONE}"]
+    elif change == "departed-id-int":
+        state["departed_turn_ids"] = [7]
     return state
 
 
@@ -188,6 +196,10 @@ def _state_with(change: str) -> dict[str, Any]:
         "version-true",
         "version-float",
         "object-in-snapshot",
+        "departed-id-empty",
+        "departed-id-long",
+        "departed-id-surrogate",
+        "departed-id-int",
     ],
 )
 def test_from_dict_refuses_what_add_turn_would_refuse(change: str) -> None:

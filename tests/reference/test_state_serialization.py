@@ -136,6 +136,7 @@ STATE_KINDS = [
     "truncation-digest",
     "none",
     "unicode",
+    "departed-ids",
 ]
 
 
@@ -189,6 +190,14 @@ async def build(kind: str) -> tuple[ShortTermMemoryConfig, DefaultShortTermMemor
             await memory.add_turn(
                 make_turn(index, trajectory_digest=DIGEST, artifacts_shown={"n": [index, 1.5]})
             )
+        return config, memory
+    if kind == "departed-ids":
+        # More turns with ids left the window than the state remembers (DEPARTED_IDS).
+        config = config_for("truncation", budget={"full_zone_turns": 2})
+        memory = DefaultShortTermMemory(config=config, key=KEY_A)
+        for index in range(70):
+            await memory.add_turn(make_turn(index, turn_id=f"tour-é-{index}"))
+        assert memory.to_dict()["departed_turn_ids"] == [f"tour-é-{i}" for i in range(4, 68)]
         return config, memory
     if kind == "none":
         config = config_for("none")

@@ -306,3 +306,48 @@ async def test_view_orders_summary_pending_recent() -> None:
     assert users(view["pending_turns"]) == ["u1", "u2"]
     assert users(view["recent_turns"]) == ["u3", "u4"]
     await memory.aclose()
+
+
+@pytest.mark.anyio
+async def test_the_ids_of_turns_that_leave_the_memory_are_remembered_newest_last() -> None:
+    """Summarized, dropped from a full backlog, dropped by a window: ``departed_turn_ids``
+    lists them in the order they left (the session layer finds a landed turn by it)."""
+
+    def turn(index: int) -> Any:
+        return make_turn(index, turn_id=f"id-{index}")
+
+    async def joining(payload: Mapping[str, Any]) -> Mapping[str, Any]:
+        return {"summary": summary_after(payload)}
+
+    memory = DefaultShortTermMemory(config=rolling(), summarizer=joining)
+    await memory.add_turn(turn(0))
+    assert "departed_turn_ids" not in memory.to_dict()  # written only when there are any
+    for index in range(1, 4):
+        await memory.add_turn(turn(index))
+    await memory.flush()
+    assert memory.to_dict()["departed_turn_ids"] == ["id-0", "id-1", "id-2"]
+    await memory.add_turn(make_turn(4))  # no id: nothing to remember when it leaves
+    await memory.add_turn(turn(5))
+    await memory.flush()
+    assert memory.to_dict()["departed_turn_ids"] == ["id-0", "id-1", "id-2", "id-3"]
+    await memory.aclose()
+
+    async def failing(payload: Mapping[str, Any]) -> Mapping[str, Any]:
+        raise RuntimeError("down")
+
+    config = rolling(retry_attempts=0, recovery_backlog_limit=2)
+    degraded = DefaultShortTermMemory(config=config, summarizer=failing)
+    for index in range(6):
+        await degraded.add_turn(turn(index))
+        await degraded.flush()
+    state = degraded.to_dict()
+    assert [t["turn_id"] for t in state["backlog"]] == ["id-3", "id-4"]
+    assert state["departed_turn_ids"] == ["id-0", "id-1", "id-2"]  # dropped, oldest first
+    await degraded.aclose()
+
+    window = ShortTermMemoryConfig(strategy="truncation", budget=rolling().budget)
+    truncating = DefaultShortTermMemory(config=window)
+    for index in range(3):
+        await truncating.add_turn(turn(index))
+    assert truncating.to_dict()["departed_turn_ids"] == ["id-0", "id-1"]
+    await truncating.aclose()

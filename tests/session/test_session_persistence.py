@@ -461,6 +461,45 @@ async def test_a_save_that_landed_but_raised_records_no_turn_twice(strategy: str
     await router.aclose()
 
 
+@pytest.mark.parametrize("strategy", ["truncation", "rolling_summary"])
+async def test_a_landed_turn_another_writer_moved_on_is_not_recorded_again(strategy: str) -> None:
+    """Router A's save of X wrote, then raised. Router B, on the same store, loads X and
+    moves it out of the turns kept verbatim (its window drops it, or a summary covers
+    it). A's next save conflicts: the state it merges with no longer holds X verbatim,
+    and still X must not be recorded twice."""
+    store = _FailingSaves()
+    rolling = strategy == "rolling_summary"
+    config = ShortTermMemoryConfig(
+        strategy=strategy,  # type: ignore[arg-type]
+        budget=MemoryBudget(full_zone_turns=1 if rolling else 2, total_max_tokens=0),
+    )
+
+    async def summarize(payload: Mapping[str, Any]) -> dict[str, str]:
+        users = [t["user"] for t in payload["turns"]]
+        return {"summary": " ".join(filter(None, [payload["previous_summary"], *users]))}
+
+    a = MemoryRouter(config, store=store, summarizer=summarize, summary_save_delay_s=60)
+    b = MemoryRouter(config, store=store, summarizer=summarize)
+    await _finish(a, "first")
+    store.fail_after_write = 1
+    with pytest.raises(StateStoreError):
+        await _finish(a, "X")  # stored, but A cannot know
+    for message in ("Y1", "Y2"):
+        await _finish(b, message)
+    await b.flush(KEY)
+    await _finish(a, "Z")  # stale: merges with B's state, in which X is no longer verbatim
+    state = await store.load_memory_state(KEY.composite())
+    assert state is not None
+    kept = [t["user_message"] for part in ("backlog", "pending", "turns") for t in state[part]]
+    if rolling:
+        assert (state["summary"].split() + kept).count("X") == 1, (state["summary"], kept)
+    else:
+        assert kept == ["Y2", "Z"]
+    assert a.stats.already_saved_turns == 1
+    await a.aclose()
+    await b.aclose()
+
+
 # -- turn ids ------------------------------------------------------------------------------
 
 
