@@ -19,6 +19,7 @@ QUOTED = [
     ("tests/reliability/test_chaos.py", "CHAOS_TURNS"),
     ("tests/reliability/test_chaos.py", "CHAOS_SEEDS"),
     ("tests/reliability/test_killed_writer.py", "KILLS"),
+    ("tests/reliability/test_lost_replies.py", "LOST_REPLY_SEEDS"),
     ("tests/reliability/test_scale.py", "BIG_TURNS"),
     ("tests/reference/test_hostile_input.py", "BAD_TURNS"),
     ("tests/reference/test_hostile_input.py", "ODD_STORED_FIELDS"),
