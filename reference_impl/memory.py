@@ -115,6 +115,10 @@ class DefaultShortTermMemory:
     async def add_turn(self, turn: ConversationTurn) -> None:
         """Record a finished turn. Never waits for the summarizer (WM-001).
 
+        The memory keeps ``turn`` itself, as PenguiFlow's does: a copy would cost every
+        turn. Treat it as the memory's from then on; changed afterwards, it would change
+        what ``to_dict()`` writes but not the view, which is rendered here.
+
         Raises:
             MemoryBudgetExceeded: ``overflow_policy="error"`` and the turn does not fit;
                 the memory is unchanged (BUD-006).
