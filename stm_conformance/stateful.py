@@ -105,6 +105,9 @@ def differential_config(**overrides: Any) -> ShortTermMemoryConfig:
         "retry_backoff_base_s": 0.001,
         "degraded_retry_interval_s": 0.005,
         "recovery_backlog_limit": 256,
+        # Calls held across steps must not time out however slow the steps (a loaded
+        # machine, a slow estimator): no failure here is a hang, those are WM-008's checks.
+        "summarizer_timeout_s": 300.0,
     }
     params.update(overrides)
     return config("rolling_summary", **params)
