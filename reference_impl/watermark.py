@@ -96,13 +96,13 @@ def install(state: MemoryState, batch: Batch, summary: str) -> None:
     through = batch.through
     state.set_summary(summary)
     state.summarized_through = through
-    for entry in batch.entries:
-        _depart(state, entry)
     if batch.recovering:
         # Batch turns dropped from a full backlog while this call held them are covered by
-        # its summary after all: they were not lost.
-        still_held = sum(1 for e in state.backlog if e.seq <= through)
-        state.dropped_turns -= len(batch.entries) - still_held
+        # its summary after all: they were not lost (and departed when dropped).
+        covered = [e for e in state.backlog if e.seq <= through]
+        for entry in covered:
+            _depart(state, entry)
+        state.dropped_turns -= len(batch.entries) - len(covered)
         # Turns evicted while recovering are newer than the batch: they become pending.
         remaining = [e for e in state.backlog if e.seq > through]
         state.backlog.clear()
@@ -110,5 +110,6 @@ def install(state: MemoryState, batch: Batch, summary: str) -> None:
     else:
         cut = 0
         while cut < len(state.pending) and state.pending[cut].seq <= through:
+            _depart(state, state.pending[cut])
             cut += 1
         del state.pending[:cut]
