@@ -332,10 +332,16 @@ async def test_the_ids_of_turns_that_leave_the_memory_are_remembered_newest_last
     assert memory.to_dict()["departed_turn_ids"] == ["id-0", "id-1", "id-2", "id-3"]
     await memory.aclose()
 
-    async def failing(payload: Mapping[str, Any]) -> Mapping[str, Any]:
-        raise RuntimeError("down")
+    down = True
 
-    config = rolling(retry_attempts=0, recovery_backlog_limit=2)
+    async def failing(payload: Mapping[str, Any]) -> Mapping[str, Any]:
+        if down:
+            raise RuntimeError("down")
+        return {"summary": summary_after(payload)}
+
+    config = rolling_config(
+        degraded_retry_interval_s=0.01, retry_attempts=0, recovery_backlog_limit=2
+    )
     degraded = DefaultShortTermMemory(config=config, summarizer=failing)
     for index in range(6):
         await degraded.add_turn(turn(index))
@@ -343,6 +349,9 @@ async def test_the_ids_of_turns_that_leave_the_memory_are_remembered_newest_last
     state = degraded.to_dict()
     assert [t["turn_id"] for t in state["backlog"]] == ["id-3", "id-4"]
     assert state["departed_turn_ids"] == ["id-0", "id-1", "id-2"]  # dropped, oldest first
+    down = False  # the next recovery covers the backlog: those turns leave too, once each
+    await until(lambda: degraded.health is MemoryHealth.HEALTHY)
+    assert degraded.to_dict()["departed_turn_ids"] == [f"id-{i}" for i in range(5)]
     await degraded.aclose()
 
     window = ShortTermMemoryConfig(strategy="truncation", budget=rolling().budget)
