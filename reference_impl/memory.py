@@ -220,7 +220,7 @@ class DefaultShortTermMemory:
         Loads version 2 and PenguiFlow's version 1 (SER-004). Retry and recovery timers
         restart from now: monotonic times do not cross processes. Synchronous, as the
         protocol has it, so a large state holds the event loop while it loads (about
-        15 ms per thousand turns); :meth:`afrom_dict` does not.
+        3 ms per thousand turns, docs/performance.md); :meth:`afrom_dict` does not.
         """
         self._install(schema.load(state, self._config, self._budget, self._state.key))
 
