@@ -75,8 +75,7 @@ def degrade(state: MemoryState, config: ShortTermMemoryConfig) -> None:
     """On entering DEGRADED, pending turns become backlog (HLT-004). Also what a loaded
     DEGRADED state goes through: a backlog saved under a larger limit is cut to this
     memory's, and the drops counted (HLT-005)."""
-    for entry in state.pending:
-        _to_backlog(state, entry, config.recovery_backlog_limit)
+    state.backlog.extend(state.pending)
     _trim_backlog(state, config.recovery_backlog_limit)
     state.pending = []
     state.visible_from = 0

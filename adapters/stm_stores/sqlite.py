@@ -459,8 +459,6 @@ class SQLiteStateStore:
                 raise StateStoreError(
                     f"cannot {action} in SQLite database {self._path!r}: {exc}", key=key
                 ) from exc
-            except OverflowError as exc:  # an int beyond SQLite's 64 bits, not caught before
-                raise InvalidStateError(f"cannot {action}: {exc}", key=key) from exc
 
     def _identity(self) -> tuple[int, int] | None:
         """The database file's device and inode; ``None`` for ``":memory:"``.
