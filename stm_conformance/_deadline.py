@@ -263,11 +263,10 @@ async def _guard(
 ) -> T:
     __tracebackhide__ = True
     loop = task.get_loop()
-    woken: asyncio.Future[Any] = loop.create_future()
-    waiting: set[asyncio.Future[Any]] = {task, woken}
+    woken: asyncio.Future[Any] | None = None  # made for a timed wait, if one comes
 
     def wake() -> None:
-        if not woken.done():
+        if woken is not None and not woken.done():
             woken.set_result(None)
 
     blocked_after = min(seconds or math.inf, BLOCK_THRESHOLD_S if block_s is None else block_s)
@@ -289,6 +288,8 @@ async def _guard(
                 await asyncio.sleep(0)
                 if task.done():
                     break
+            woken = None if task.done() else loop.create_future()
+            waiting: set[asyncio.Future[Any]] = {task} if woken is None else {task, woken}
             while not task.done() and watch.blocked is None:
                 now = loop.time()
                 wait = _LOOK_S if deadline is None else min(deadline - now, _LOOK_S)
@@ -659,7 +660,8 @@ class _Watchdog:
             watch.uses_signal = self._handler_installed
         with self._lock:
             self._watches.append(watch)
-            self._active.set()
+            if not self._active.is_set():  # the thread clears it, not remove(): guards
+                self._active.set()  # come and go thousands of times a second
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="stm-conformance-watchdog", daemon=True
@@ -670,8 +672,6 @@ class _Watchdog:
         with self._lock:
             self._watches.remove(watch)
             watch.pending = None
-            if not self._watches:
-                self._active.clear()
 
     def pending_for(self, thread_id: int) -> _Watch | None:
         # Called by the signal handler, maybe while this thread holds the lock: no lock.
@@ -699,6 +699,8 @@ class _Watchdog:
             time.sleep(_POLL_S)
             with self._lock:
                 watches = list(self._watches)
+                if not watches:
+                    self._active.clear()  # add() sets it again, under the same lock
             now = time.monotonic()
             if now - last > _STARVED_S:
                 # This thread did not run for a while: the whole process was starved (a
