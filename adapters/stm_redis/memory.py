@@ -42,7 +42,7 @@ from reference_impl.budget import Budget
 from reference_impl.callbacks import CallbackQueue
 from reference_impl.entries import Entry, MemoryState, render_view
 from reference_impl.health import HealthMachine, Transition
-from reference_impl.inputs import check_turn
+from reference_impl.inputs import MAX_TURN_ID, check_turn, text_problem
 from reference_impl.memory import call_summarizer, saved_for
 
 from . import scripts, state_json
@@ -192,13 +192,18 @@ class RedisShortTermMemory:
         self._replacements = 0
         self._shown: tuple[str, int, MemoryState] | None = None
         self._pending_doc: str | None = None
+        #: The id of the replacement in ``_pending_doc``: a retry after a lost reply finds
+        #: it written already, and does not overwrite what came after it.
+        self._pending_rid = ""
         self._replace_lock = asyncio.Lock()
         #: Writes of one instance queue here rather than race each other's compare-and-set.
         self._write_lock = asyncio.Lock()
         self._replace_task: asyncio.Task[None] | None = None
         self._worker: asyncio.Task[None] | None = None
         #: A lease taken by ``add_turn``'s own script, for the worker to use at once.
-        self._handoff: tuple[_Snapshot, str] | None = None
+        #: With its token and when it was asked for (``time.monotonic()``): the lease is
+        #: sure to be held until ``lease_ttl_s`` after that.
+        self._handoff: tuple[_Snapshot, str, float] | None = None
         self._changed = asyncio.Event()
         self._closed = False
         self._on_turn = CallbackQueue("on_turn_added", config.on_turn_added)
@@ -245,8 +250,7 @@ class RedisShortTermMemory:
         if self._closed:
             raise RuntimeError("add_turn on a closed memory")
         check_turn(turn)
-        if turn_id is not None and (not isinstance(turn_id, str) or not turn_id):
-            raise TypeError("turn_id must be a non-empty str")
+        _check_turn_id(turn_id)
         if self._config.strategy == "none":
             return
         tid = turn_id if turn_id is not None else turn.turn_id
@@ -362,11 +366,18 @@ class RedisShortTermMemory:
 
     async def turn_recorded(self, turn_id: str) -> bool:
         """Whether a turn with this id was recorded (among the newest ``turn_ids_kept``)."""
+        if turn_id is None:
+            raise TypeError("turn_id must be a str")
+        _check_turn_id(turn_id)
         try:
             score = await self._client.zscore(self._keys.ids, turn_id)
         except _UNAVAILABLE as exc:
             raise RedisUnavailableError(
                 f"Redis unavailable: {type(exc).__name__}: {exc}", key=self._keys.state
+            ) from exc
+        except redis_errors.RedisError as exc:  # e.g. the key holds another type
+            raise RedisMemoryError(
+                f"Redis refused the operation: {type(exc).__name__}: {exc}", key=self._keys.ids
             ) from exc
         return score is not None
 
@@ -501,20 +512,27 @@ class RedisShortTermMemory:
 
     def _snapshot(self, reply: Any) -> _Snapshot:
         """A snapshot from a ``{status, rev, fence, epoch, nb, doc}`` reply."""
-        doc = _text(reply[5])
-        return _Snapshot(
-            rev=_text(reply[1]),
-            fence=int(_text(reply[2])),
-            epoch=int(_text(reply[3])),
-            state=self._decode(doc),
-        )
+        try:
+            rev, fence, epoch = _text(reply[1]), int(_text(reply[2])), int(_text(reply[3]))
+            int(rev)  # compared as a number (``_adopt``)
+            doc = _text(reply[5])
+        except (ValueError, IndexError, TypeError) as exc:  # UnicodeDecodeError included
+            raise RedisMemoryError(
+                f"stored state hash is corrupt: {type(exc).__name__}: {exc}",
+                key=self._keys.state,
+            ) from exc
+        return _Snapshot(rev=rev, fence=fence, epoch=epoch, state=self._decode(doc))
 
     def _adopt(self, snap: _Snapshot) -> None:
-        """Keep the newest snapshot; a pending ``from_dict`` stays visible until written."""
+        """Keep the newest snapshot; a pending ``from_dict`` stays visible until written.
+
+        Revision ``0`` is a session with no state hash (expired, say): newer than any
+        state this instance saw. A hash made afresh starts its revisions above those of
+        its earlier life (``scripts._COUNTERS``)."""
         if self._pending_doc is not None:
             return
         current = self._snap
-        if current is None or int(snap.rev) >= int(current.rev):
+        if current is None or snap.rev == "0" or int(snap.rev) >= int(current.rev):
             self._snap = snap
 
     async def _script(
@@ -609,20 +627,24 @@ class RedisShortTermMemory:
         summarizer outcome the synchronous accessors already show (``self._outcomes``);
         once written it is dropped from there in the same step.
         """
-        if self._snap is None or self._pending_doc is not None:
-            try:
-                await self._refresh()
-            except RedisMemoryError as exc:
-                if turn_id is not None:  # nothing was sent yet: the turn is not recorded
-                    exc.turn_id, exc.recorded = turn_id, False
-                raise
+        fresh = self._snap is None or self._pending_doc is not None
+        if fresh:
+            await self._refresh_for(turn_id)
         snap = self._snap
         assert snap is not None
         for attempt in range(self._max_attempts):
             if epoch is not None and snap.epoch != epoch:
                 return "stale", None, None
             state = snap.state.copy()  # ``apply`` may raise: the snapshot stays as it was
-            result = apply(state)
+            try:
+                result = apply(state)
+            except MemoryBudgetExceeded:
+                if fresh:
+                    raise
+                # Judged on what this instance read last: another may have made room
+                # since (a summary, clear()). Judge the state as it is now.
+                snap, fresh = await self._refresh_for(turn_id), True
+                continue
             doc = self._encode(state)
             args = self._commit_args(
                 doc,
@@ -632,6 +654,7 @@ class RedisShortTermMemory:
                 fence=fence,
                 lease=lease_if is not None and lease_if(state),
             )
+            asked = time.monotonic()
             reply = _fields(await self._script(_COMMIT, args, turn_id=turn_id))
             status = _text(reply[0])
             if status == "ok":
@@ -647,10 +670,10 @@ class RedisShortTermMemory:
                 )
                 self._adopt(committed)
                 if _text(reply[4]) == "1":
-                    self._handoff = (committed, f"{self._owner}/{committed.fence}")
+                    self._handoff = (committed, f"{self._owner}/{committed.fence}", asked)
                 self._notify()
                 return "ok", result, committed
-            snap = self._snapshot(reply)
+            snap, fresh = self._snapshot(reply), True
             self._adopt(snap)
             if status in ("dup", "fenced"):
                 return status, None, None
@@ -663,23 +686,33 @@ class RedisShortTermMemory:
             recorded=False if turn_id is not None else None,
         )
 
+    async def _refresh_for(self, turn_id: str | None) -> _Snapshot:
+        """:meth:`_refresh` before a write of ``turn_id``: a failure leaves it unrecorded."""
+        try:
+            return await self._refresh()
+        except RedisMemoryError as exc:
+            if turn_id is not None:  # nothing was sent yet: the turn is not recorded
+                exc.turn_id, exc.recorded = turn_id, False
+            raise
+
     def _replace(self, data: Mapping[str, Any], *, stored: bool) -> None:
         state = schema.load(data, self._config, self._budget, self._key)
         state.stored = stored
         self._replacements += 1
         self._outcomes.clear()
         self._shown = None
-        if state.health.state is MemoryHealth.DEGRADED:
-            # Timers restart from now (they do not cross processes): the next recovery
-            # attempt is one interval away, as after a failed one.
-            state.health.not_before = time.time() + self._config.degraded_retry_interval_s
+        # Timers restart from now, as in the reference: loading a state in RETRY again
+        # and again must not bring its retries sooner (HLT-002, HLT-006).
+        state.health.restart_timers(time.time())
         doc = self._encode(state)
+        rid = os.urandom(8).hex()
         if self._sync_commit is not None:
             self._pending_doc = None
             self.round_trips += 1
+            asked = time.monotonic()
             try:
                 reply = self._sync_commit(
-                    keys=self._keys.all(), args=self._replace_args(doc, state)
+                    keys=self._keys.all(), args=self._replace_args(doc, state, rid)
                 )
             except _UNAVAILABLE as exc:
                 raise RedisUnavailableError(
@@ -690,12 +723,12 @@ class RedisShortTermMemory:
                     f"Redis refused the operation: {type(exc).__name__}: {exc}",
                     key=self._keys.state,
                 ) from exc
-            self._snap = self._replaced(reply, state)
+            self._snap = self._replaced(reply, state, asked)
             self._notify()
             if self._config.strategy == "rolling_summary":
                 self._wake()
             return
-        self._pending_doc = doc
+        self._pending_doc, self._pending_rid = doc, rid
         self._snap = _Snapshot(rev="-1", fence=0, epoch=-1, state=state)
         self._notify()
         try:
@@ -705,9 +738,15 @@ class RedisShortTermMemory:
         if not self._closed and (self._replace_task is None or self._replace_task.done()):
             self._replace_task = loop.create_task(self._replace_in_background())
 
-    def _replace_args(self, doc: str, state: MemoryState) -> list[str]:
-        """COMMIT arguments writing ``doc`` unconditionally as a new epoch."""
-        return self._commit_args(doc, state, bump=True, lease=self._wants_lease(state))
+    def _replace_args(self, doc: str, state: MemoryState, rid: str) -> list[str]:
+        """COMMIT arguments writing ``doc`` unconditionally as a new epoch, replacement
+        ``rid``, with the turn ids the state holds (those of the replaced history go)."""
+        args = self._commit_args(doc, state, bump=rid, lease=self._wants_lease(state))
+        for entry in (*state.pending, *state.recent, *state.backlog):
+            if entry.turn.turn_id is not None:
+                args += (entry.turn.turn_id, str(entry.seq))
+        args += (item for tid in state.departed for item in (tid, "0"))
+        return args
 
     def _commit_args(
         self,
@@ -717,7 +756,7 @@ class RedisShortTermMemory:
         expected: str = "*",
         turn_id: str | None = None,
         fence: int | None = None,
-        bump: bool = False,
+        bump: str = "",
         lease: bool = False,
     ) -> list[str]:
         """The arguments of :data:`scripts.COMMIT` writing ``doc`` (the state ``state``)."""
@@ -727,15 +766,18 @@ class RedisShortTermMemory:
             self._ttl_ms,
             str(state.next_seq - 1),
             "-" if fence is None else str(fence),
-            "bump" if bump else "-",
+            f"bump:{bump}" if bump else "-",
             self._ids_kept,
             self._owner if lease else "-",
             self._lease_ms,
         )
         return [doc, turn_id or "", " ".join(params)]
 
-    def _replaced(self, reply: Any, state: MemoryState) -> _Snapshot:
+    def _replaced(self, reply: Any, state: MemoryState, asked: float) -> _Snapshot:
         reply = _fields(reply)
+        if _text(reply[0]) == "replayed":
+            # Written by the attempt whose reply was lost; the state has moved on since.
+            return self._snapshot(reply)
         written = _Snapshot(
             rev=_text(reply[1]),
             fence=int(_text(reply[2])),
@@ -743,7 +785,7 @@ class RedisShortTermMemory:
             state=state,
         )
         if _text(reply[4]) == "1":
-            self._handoff = (written, f"{self._owner}/{written.fence}")
+            self._handoff = (written, f"{self._owner}/{written.fence}", asked)
         return written
 
     async def _replace_in_background(self) -> None:
@@ -759,9 +801,10 @@ class RedisShortTermMemory:
         async with self._replace_lock:
             while (doc := self._pending_doc) is not None:
                 assert self._snap is not None
-                state = self._snap.state
-                reply = await self._script(_COMMIT, self._replace_args(doc, state))
-                written = self._replaced(reply, state)
+                state, rid = self._snap.state, self._pending_rid
+                asked = time.monotonic()
+                reply = await self._script(_COMMIT, self._replace_args(doc, state, rid))
+                written = self._replaced(reply, state, asked)
                 if self._pending_doc is doc:
                     self._pending_doc = None
                     self._snap = written
@@ -813,17 +856,17 @@ class RedisShortTermMemory:
         failures = 0
         while not self._closed:
             try:
-                handoff: tuple[_Snapshot | None, str] | None = self._handoff
+                handoff: tuple[_Snapshot | None, str, float] | None = self._handoff
                 self._handoff = None
                 if handoff is None:
                     handoff = await self._lease()
                     if handoff is None:
                         return
-                leased, token = handoff
+                leased, token, asked = handoff
                 if leased is None:
                     continue
                 try:
-                    await self._hold(leased, token)
+                    await self._hold(leased, token, asked)
                 finally:
                     with contextlib.suppress(RedisMemoryError):
                         await self._script(_RELEASE, [token])
@@ -831,10 +874,11 @@ class RedisShortTermMemory:
             except RedisMemoryError as exc:
                 failures += 1
                 logger.warning("summarizer worker: %s", exc)
-                await self._sleep(min(2.0, self._poll_s * 2**failures))
+                # Capped exponent: hours of outage must not overflow the float.
+                await self._sleep(min(2.0, self._poll_s * 2.0 ** min(failures, 16)))
 
-    async def _lease(self) -> tuple[_Snapshot | None, str] | None:
-        """Take the lease when there is work: ``None`` when there is none, ``(None, "")``
+    async def _lease(self) -> tuple[_Snapshot | None, str, float] | None:
+        """Take the lease when there is work: ``None`` when there is none, ``(None, "", 0)``
         after waiting (for a retry timer or another holder) so the caller looks again."""
         await self._apply_replace()
         snap = self._snap if self._snap is not None else await self._refresh()
@@ -844,16 +888,17 @@ class RedisShortTermMemory:
         delay = state.health.wait_s(time.time())
         if delay > self._lease_s / 3:
             await self._sleep(delay)  # long waits are spent without the lease
-            return None, ""
+            return None, "", 0.0
+        asked = time.monotonic()
         reply = await self._script(_ACQUIRE, [self._owner, self._lease_ms, self._ttl_ms])
         if _text(reply[0]) == "held":
             await self._sleep(min(max(1, int(_text(reply[1]))) / 1000, self._poll_s))
-            return None, ""
+            return None, "", 0.0
         leased = self._snapshot(reply)
         self._adopt(leased)
-        return leased, f"{self._owner}/{leased.fence}"
+        return leased, f"{self._owner}/{leased.fence}", asked
 
-    async def _hold(self, leased: _Snapshot, token: str) -> None:
+    async def _hold(self, leased: _Snapshot, token: str, asked: float) -> None:
         """Summarize under one lease while the next call may start soon.
 
         As in the reference, a call's outcome shows (through the synchronous accessors)
@@ -864,7 +909,14 @@ class RedisShortTermMemory:
         fence, epoch = leased.fence, leased.epoch
         replacements = self._replacements
         loop = asyncio.get_running_loop()
-        renewer = loop.create_task(self._renew(token))
+        #: Until when the lease is sure to be held; a call starts only before then (one
+        #: summarizer call per session at a time), the renewals move it on.
+        held_until = [asked + self._lease_s]
+        renewer = loop.create_task(self._renew(token, held_until))
+
+        def lease_lost() -> bool:
+            return renewer.done() or time.monotonic() >= held_until[0]
+
         writing: asyncio.Task[bool] | None = None
         batch: watermark.Batch | None = None
 
@@ -897,10 +949,12 @@ class RedisShortTermMemory:
                     if delay > 0:
                         await asyncio.sleep(delay)
                         continue
-                    if shown.health.state is not MemoryHealth.DEGRADED:
+                    if shown.health.state is not MemoryHealth.DEGRADED or lease_lost():
                         break
                     writing = write(_begin(time.time()), None)  # RECOVERING, shown at once
                     continue
+                if lease_lost():
+                    break
                 summary, error = await self._call(batch)
                 if self._replacements != replacements:
                     return  # from_dict replaced the state during the call (WM-004)
@@ -989,9 +1043,12 @@ class RedisShortTermMemory:
         self._transition(change)
         return True
 
-    async def _renew(self, token: str) -> None:
+    async def _renew(self, token: str, held_until: list[float]) -> None:
+        """Renew the lease every third of its lifetime, moving ``held_until`` on; ends
+        when the lease is found lost."""
         while True:
             await asyncio.sleep(self._lease_s / 3)
+            asked = time.monotonic()
             try:
                 held = await self._script(_RENEW, [token, self._lease_ms])
             except RedisMemoryError as exc:
@@ -1000,6 +1057,7 @@ class RedisShortTermMemory:
             if not held:
                 logger.warning("summarizer lease lost: %s", self._keys.state)
                 return
+            held_until[0] = asked + self._lease_s
 
     async def _call(self, batch: watermark.Batch) -> tuple[str | None, str | None]:
         """Run one summarizer call; returns ``(summary, None)`` or ``(None, reason)``."""
@@ -1009,8 +1067,24 @@ class RedisShortTermMemory:
     def _reject_summary(
         self, state: MemoryState, batch: watermark.Batch, summary: str
     ) -> str | None:
-        """BUD-007: a summary over its budget is a summarizer failure."""
-        return self._budget.refuse_summary(state, batch, summary)
+        """BUD-007: a summary over its budget is a summarizer failure. So is one the token
+        estimator fails to measure (it raises, or returns no number), as in the reference."""
+        try:
+            return self._budget.refuse_summary(state, batch, summary)
+        except Exception as exc:
+            return f"token estimator raised {type(exc).__name__} on the summary: {exc}"
+
+
+def _check_turn_id(turn_id: Any) -> None:
+    """``add_turn``'s ``turn_id``: as ``ConversationTurn.turn_id``, a non-empty string of
+    valid Unicode, at most ``MAX_TURN_ID`` characters (it is stored with every retry)."""
+    if turn_id is None:
+        return
+    if not isinstance(turn_id, str) or not turn_id or len(turn_id) > MAX_TURN_ID:
+        raise TypeError(f"turn_id must be a str of 1 to {MAX_TURN_ID} characters")
+    problem = text_problem(turn_id)
+    if problem is not None:
+        raise TypeError(f"turn_id: {problem}")
 
 
 def _begin(now: float) -> Callable[[MemoryState], tuple[None, str, Transition]]:

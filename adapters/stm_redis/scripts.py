@@ -34,6 +34,38 @@ local function state(status)
 end
 """
 
+# A script that writes checks the counters first: Redis does not undo a script's writes
+# when a later command of it fails (``HINCRBY`` on a field that is not an integer).
+#
+# A state hash that does not exist (never written, or expired) starts its counters at the
+# server's clock in microseconds, above any value they had in an earlier life of the hash:
+# an instance that read the old one takes the new one for newer (``_adopt``), and a lease
+# or epoch of the old life never matches the new one.
+_COUNTERS = """
+local function corrupt(v)
+  for i = 1, 3 do
+    if v[i] and not string.match(v[i], '^%-?%d+$') then
+      return redis.error_reply('corrupt state hash: rev, fence and epoch must be integers')
+    end
+  end
+  return nil
+end
+-- Counters as decimal text: Lua 5.1 writes a number above 10^14 in exponent form.
+local function int(x)
+  if type(x) == 'number' then return string.format('%d', x) end
+  return x
+end
+local function born()
+  if redis.call('EXISTS', KEYS[1]) == 0 then
+    local t = redis.call('TIME')
+    local base = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+    redis.call('HSET', KEYS[1], 'rev', base, 'fence', base, 'epoch', base)
+    return true
+  end
+  return false
+end
+"""
+
 #: KEYS: the state hash only. ARGV: the revision the caller holds. Replies ``'same'`` when
 #: unchanged, else the state.
 READ = (
@@ -50,13 +82,18 @@ return state('state')
 #: string (fewer arguments: less work per call for the client), ``-`` standing for none:
 #: expected rev (``*``: any), nb, session ttl ms (0: none), the turn's seq, fence (``-``:
 #: not fenced), ``bump`` to start a new epoch (``-``: not), how many turn ids to keep,
-#: owner asking for the summarizer lease once written (``-``: none), lease ms.
+#: owner asking for the summarizer lease once written (``-``: none), lease ms. ``bump``
+#: is ``bump:<id>`` with the id of the replacement (``from_dict``, ``hydrate``); ARGV 4,
+#: 5, ... are then the turn ids the new state holds, each followed by its score: the ids
+#: of the replaced history go.
 #: Replies ``'ok rev fence epoch leased'`` (``leased`` is ``1`` when the lease was free
 #: and is now the owner's, with token ``owner/fence``) or the state with status ``dup``
-#: (the turn id is recorded already), ``fenced`` (another worker took the lease) or
+#: (the turn id is recorded already), ``fenced`` (another worker took the lease),
+#: ``replayed`` (this replacement was written already: a retry after a lost reply) or
 #: ``conflict``.
 COMMIT = (
     _STATE
+    + _COUNTERS
     + """
 local a = {}
 for v in string.gmatch(ARGV[3], '%S+') do a[#a + 1] = v end
@@ -65,11 +102,27 @@ local expected, nb, ttl, seq, fenced, bump, kept, owner, lease_ms =
 local tid = ARGV[2]
 if tid ~= '' and redis.call('ZSCORE', KEYS[2], tid) then return state('dup') end
 local cur = redis.call('HMGET', KEYS[1], 'rev', 'fence', 'epoch')
-local fence, epoch = cur[2] or '0', cur[3] or '0'
+local bad = corrupt(cur)
+if bad then return bad end
+local fence = cur[2] or '0'
 if fenced ~= '-' and fence ~= fenced then return state('fenced') end
 if expected ~= '*' and (cur[1] or '0') ~= expected then return state('conflict') end
+local rid = nil
+if string.sub(bump, 1, 5) == 'bump:' then
+  rid = string.sub(bump, 6)
+  if redis.call('HGET', KEYS[1], 'replaced') == rid then return state('replayed') end
+end
+born()
 local rev = redis.call('HINCRBY', KEYS[1], 'rev', 1)
-if bump == 'bump' then epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1) end
+local v = redis.call('HMGET', KEYS[1], 'fence', 'epoch')
+fence = v[1]
+local epoch = v[2]
+if rid then
+  epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+  redis.call('HSET', KEYS[1], 'replaced', rid)
+  redis.call('DEL', KEYS[2])
+  for i = 4, #ARGV, 2 do redis.call('ZADD', KEYS[2], ARGV[i + 1], ARGV[i]) end
+end
 redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'nb', nb)
 if tid ~= '' then
   redis.call('ZADD', KEYS[2], seq, tid)
@@ -82,10 +135,10 @@ end
 local leased = '0'
 if owner ~= '-' and redis.call('EXISTS', KEYS[3]) == 0 then
   fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
-  redis.call('SET', KEYS[3], owner .. '/' .. fence, 'PX', lease_ms)
+  redis.call('SET', KEYS[3], owner .. '/' .. int(fence), 'PX', lease_ms)
   leased = '1'
 end
-return 'ok ' .. rev .. ' ' .. fence .. ' ' .. epoch .. ' ' .. leased
+return 'ok ' .. int(rev) .. ' ' .. int(fence) .. ' ' .. int(epoch) .. ' ' .. leased
 """
 )
 
@@ -94,10 +147,14 @@ return 'ok ' .. rev .. ' ' .. fence .. ' ' .. epoch .. ' ' .. leased
 #: with status ``ok`` (its ``fence`` is the new token).
 ACQUIRE = (
     _STATE
+    + _COUNTERS
     + """
 if redis.call('EXISTS', KEYS[3]) == 1 then return {'held', redis.call('PTTL', KEYS[3])} end
+local bad = corrupt(redis.call('HMGET', KEYS[1], 'rev', 'fence', 'epoch'))
+if bad then return bad end
+born()
 local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
-redis.call('SET', KEYS[3], ARGV[1] .. '/' .. fence, 'PX', ARGV[2])
+redis.call('SET', KEYS[3], ARGV[1] .. '/' .. int(fence), 'PX', ARGV[2])
 local ttl = tonumber(ARGV[3])
 if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
 return state('ok')
@@ -117,14 +174,22 @@ return 0
 """
 
 #: Forget the conversation: the state and turn ids go; ``rev``, ``epoch`` and ``fence``
-#: stay and move on, so a summarizer call still running cannot install into the new state.
+#: stay and move on, so a summarizer call still running cannot install into the new state
+#: (its lease no longer fences, and its epoch is gone).
 #: ARGV: 1 session ttl ms (0: none).
-CLEAR = """
-redis.call('HDEL', KEYS[1], 'doc', 'nb')
+CLEAR = (
+    _COUNTERS
+    + """
+local bad = corrupt(redis.call('HMGET', KEYS[1], 'rev', 'fence', 'epoch'))
+if bad then return bad end
+born()
+redis.call('HDEL', KEYS[1], 'doc', 'nb', 'replaced')
 redis.call('HINCRBY', KEYS[1], 'rev', 1)
 redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+redis.call('HINCRBY', KEYS[1], 'fence', 1)
 redis.call('DEL', KEYS[2])
 local ttl = tonumber(ARGV[1])
 if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
 return 1
 """
+)

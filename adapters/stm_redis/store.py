@@ -9,7 +9,7 @@ from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 from stm_stores.codec import check_expected_revision, check_key, decode_state, encode_state
 
-from reference_impl.store import StaleStateError, StateStoreError
+from reference_impl.store import CorruptStateError, StaleStateError, StateStoreError
 
 from .keys import check_namespace
 
@@ -37,8 +37,10 @@ class RedisStateStore:
 
     Implements :class:`reference_impl.store.ConditionalStateStore`: a conditional save
     compares and writes inside one script, atomic across processes. Keys are used as
-    given after the namespace, so distinct store keys never share a record. ``ttl_s``
-    (default none) expires records not saved for that long.
+    given after the namespace, so distinct keys of one store never share a record; stores
+    whose namespaces nest (``app`` and ``app:v2``) do. ``ttl_s`` (default none) expires
+    records not saved for that long. A record that cannot be read (its ``rev`` not an
+    integer, its state not UTF-8 JSON) is a ``CorruptStateError``.
     """
 
     def __init__(
@@ -87,10 +89,8 @@ class RedisStateStore:
         except redis_errors.RedisError as exc:
             raise self._error(key, exc) from exc
         if _text(reply[0]) != "ok":
-            actual = _text(reply[1])
-            raise StaleStateError(
-                key, expected=expected_revision, actual=int(actual) if actual else None
-            )
+            actual = _revision(key, reply[1]) if reply[1] else None
+            raise StaleStateError(key, expected=expected_revision, actual=actual)
 
     async def load_memory_state(self, key: str) -> dict[str, Any] | None:
         """Return the state under ``key``, or ``None``."""
@@ -101,7 +101,11 @@ class RedisStateStore:
             raise self._error(key, exc) from exc
         if text is None:
             return None
-        return decode_state(key, _text(text), int(_text(rev)))
+        try:
+            decoded = _text(text)
+        except UnicodeDecodeError as exc:
+            raise CorruptStateError(f"stored state is not UTF-8: {exc}", key=key) from exc
+        return decode_state(key, decoded, _revision(key, rev))
 
     async def delete_memory_state(self, key: str) -> bool:
         """Remove the record under ``key``; return whether there was one."""
@@ -135,3 +139,11 @@ class RedisStateStore:
 
 def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _revision(key: str, raw: Any) -> int:
+    """A record's stored ``rev`` field; ``CorruptStateError`` unless it is an integer."""
+    try:
+        return int(_text(raw)) if raw is not None else int("missing")
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise CorruptStateError(f"stored revision {raw!r} is not an integer", key=key) from exc

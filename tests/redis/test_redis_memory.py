@@ -234,8 +234,8 @@ async def test_a_stale_lease_holder_cannot_install(fake_memories: MemoryFactory)
     assert view["summary"] == "user:u0", view
 
 
-async def _never_renew(token: str) -> None:
-    del token
+async def _never_renew(token: str, held_until: list[float]) -> None:
+    del token, held_until
     await asyncio.Event().wait()
 
 

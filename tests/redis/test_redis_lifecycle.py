@@ -1,0 +1,309 @@
+"""The Redis backend across a session's life: expiry, replacements, retries of a lost
+reply, the lease running out, corrupt records and the arguments it is given (fakeredis)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import fakeredis
+import pytest
+from redis import exceptions as redis_errors
+from stm_redis import RedisMemoryError, RedisShortTermMemory, RedisStateStore
+from stm_redis import memory as stm_memory
+
+from reference_impl import ConversationTurn, MemoryBudget, ShortTermMemoryConfig
+from reference_impl.store import CorruptStateError
+from stm_conformance import ScriptedSummarizer
+from stm_conformance.checks import config, turn, users
+
+pytestmark = pytest.mark.anyio
+
+MemoryFactory = Callable[..., RedisShortTermMemory]
+
+
+def _recent(view: Any) -> list[str]:
+    return users(view["conversation_memory"]["recent_turns"])
+
+
+async def _raw(fake_server: Any) -> fakeredis.FakeAsyncRedis:
+    return fakeredis.FakeAsyncRedis(server=fake_server)
+
+
+async def test_an_expired_session_is_seen_as_gone_by_an_instance_that_read_it(
+    fake_memories: MemoryFactory, fake_server: Any
+) -> None:
+    old, cfg = fake_memories(config("truncation")), config("truncation")
+    for i in range(3):
+        await old.add_turn(turn(i))
+    client = await _raw(fake_server)
+    await client.delete(*old._keys.all())  # what the sliding TTL does to an idle session
+    assert _recent(await old.get_llm_context()) == []
+    await old.add_turn(turn(9))
+    assert _recent(await fake_memories(cfg).get_llm_context()) == ["u9"]
+    assert _recent(await old.get_llm_context()) == ["u9"]
+    # The new life's counters start above the old one's: the old revision is not newer.
+    revision = int(await client.hget(old.redis_key, "rev"))
+    assert revision > 10**12
+    await client.aclose()
+
+
+async def test_a_replacement_whose_reply_was_lost_is_not_written_again(
+    fake_memories: MemoryFactory,
+) -> None:
+    a = fake_memories(config("truncation"), sync_client=None)
+    b = fake_memories(config("truncation"))
+    await a.add_turn(turn(0))
+    state = json.loads(json.dumps(a.to_dict()))
+    client, real = a._client, a._client.execute_command
+    lost = []
+
+    async def lose_replace_reply(*args: Any, **kwargs: Any) -> Any:
+        reply = await real(*args, **kwargs)
+        if args[:2] == (b"EVALSHA", stm_memory._COMMIT.sha) and not lost:
+            lost.append(args)  # the replacement lands; its reply does not
+            raise redis_errors.TimeoutError("Timeout reading from socket")
+        return reply
+
+    client.execute_command = lose_replace_reply  # type: ignore[method-assign]
+    a.from_dict(state)
+    for _ in range(50):  # the background write runs and loses its reply
+        await asyncio.sleep(0)
+        if lost:
+            break
+    assert lost
+    client.execute_command = real  # type: ignore[method-assign]
+    await b.add_turn(turn(2), turn_id="b-2")  # lands after the replacement
+    assert _recent(await a.get_llm_context()) == ["u0", "u2"]  # retried: found written
+    assert _recent(await b.get_llm_context()) == ["u0", "u2"]
+    assert await b.turn_recorded("b-2")
+
+
+async def test_a_refusal_is_judged_on_the_state_as_it_is_now(fake_memories: MemoryFactory) -> None:
+    cfg = ShortTermMemoryConfig(
+        strategy="truncation",
+        budget=MemoryBudget(
+            full_zone_turns=50,
+            summary_max_tokens=100,
+            total_max_tokens=120,
+            overflow_policy="error",
+        ),
+    )
+    a, b = fake_memories(cfg), fake_memories(cfg)
+    big = ConversationTurn("u" * 150, "a" * 150)
+    await a.add_turn(ConversationTurn("u" * 100, "a" * 100))
+    with pytest.raises(Exception, match="total_max_tokens"):
+        await a.add_turn(big)  # over the budget with the first turn there
+    await b.clear()  # another instance makes room; a's last read still holds the turn
+    small = ConversationTurn("u" * 100, "a" * 100, turn_id="small")
+    await a.add_turn(small)
+    assert [t["user_message"] for t in a.to_dict()["turns"]] == ["u" * 100]
+
+
+async def test_an_estimator_failing_on_the_summary_is_a_failed_call(
+    fake_memories: MemoryFactory,
+) -> None:
+    def estimator(text: str) -> int:
+        if "<|endoftext|>" in text:
+            raise ValueError("disallowed special token")
+        return len(text) // 4 + 1
+
+    summarizer = ScriptedSummarizer()
+    summarizer.summary_for = lambda payload: "s <|endoftext|>"  # type: ignore[method-assign]
+    cfg = config(full_zone_turns=2, token_estimator=estimator, retry_attempts=1)
+    memory = fake_memories(cfg, summarizer=summarizer)
+    for i in range(3):
+        await memory.add_turn(turn(i))
+    await asyncio.wait_for(memory.flush(), 5)
+    assert memory.health.value == "degraded" and len(summarizer.calls) == 2
+
+
+async def test_a_loaded_state_in_retry_waits_its_backoff_from_the_load(
+    fake_memories: MemoryFactory,
+) -> None:
+    summarizer = ScriptedSummarizer()
+    summarizer.fail_always()
+    cfg = config(full_zone_turns=1, retry_attempts=3, retry_backoff_base_s=30.0)
+    first = fake_memories(cfg, summarizer=summarizer)
+    for i in range(2):
+        await first.add_turn(turn(i))
+    await summarizer.wait_for_calls(1)
+    for _ in range(100):
+        if first.health.value == "retry":
+            break
+        await asyncio.sleep(0.01)
+    state = json.loads(json.dumps(first.to_dict()))
+    assert state["health"] == "retry"
+    await first.aclose()
+    for _ in range(5):  # loaded again and again: the retry stays 30 s away
+        fake_memories(cfg, summarizer=summarizer).from_dict(state)
+    await asyncio.sleep(0.2)
+    assert len(summarizer.calls) == 1
+
+
+async def test_turn_ids_follow_a_replacement(fake_memories: MemoryFactory) -> None:
+    memory = fake_memories(config("truncation", full_zone_turns=10), turn_ids_kept=3)
+    for i in range(6):
+        await memory.add_turn(turn(i), turn_id=f"id{i}")
+    early = json.loads(json.dumps(memory.to_dict()))
+    memory.from_dict({**early, "turns": early["turns"][:2]})  # back to u0 and u1
+    assert not await memory.turn_recorded("id5")  # the replaced history's ids are gone
+    await memory.add_turn(turn(5), turn_id="id5")  # so it is recorded again, not dropped
+    await memory.add_turn(turn(100), turn_id="id100")
+    assert await memory.turn_recorded("id100")  # newest kept, whatever its seq
+    await memory.add_turn(turn(100), turn_id="id100")  # a retry: once
+    assert _recent(await memory.get_llm_context()) == ["u0", "u1", "u5", "u100"]
+
+
+async def test_a_worker_whose_lease_ran_out_starts_no_call(
+    fake_memories: MemoryFactory, fake_server: Any
+) -> None:
+    """Its renewals fail past the lease's life: the call it runs may finish (its outcome
+    is fenced), but the next one starts only under a lease taken anew."""
+    client = await _raw(fake_server)
+    starts: list[bytes | None] = []
+
+    async def summarize(payload: Any) -> Any:
+        starts.append(await client.get(memory._keys.lease))  # who holds the lease now
+        await asyncio.sleep(0.4)
+        return {"summary": "s"}
+
+    memory = fake_memories(config(full_zone_turns=1), summarizer=summarize, lease_ttl_s=0.3)
+    real = memory._client.execute_command
+
+    async def renewals_fail(*args: Any, **kwargs: Any) -> Any:
+        if args[:2] == (b"EVALSHA", stm_memory._RENEW.sha):
+            raise redis_errors.ConnectionError("Connection refused")
+        return await real(*args, **kwargs)
+
+    memory._client.execute_command = renewals_fail  # type: ignore[method-assign]
+    for i in range(3):
+        await memory.add_turn(turn(i))  # the first call starts under the lease
+    await asyncio.sleep(0.1)
+    await memory.add_turn(turn(3))  # work for a next call
+    await asyncio.wait_for(memory.flush(), 5)
+    assert len(starts) >= 2
+    owner = memory._owner.encode() + b"/"
+    assert all(held is not None and held.startswith(owner) for held in starts), starts
+    await client.aclose()
+
+
+async def test_clear_moves_the_fencing_counter_on(
+    fake_memories: MemoryFactory, fake_server: Any
+) -> None:
+    memory = fake_memories(config("truncation"))
+    await memory.add_turn(turn(0))
+    client = await _raw(fake_server)
+    before = await client.hmget(memory.redis_key, ["rev", "fence", "epoch"])
+    await memory.clear()
+    after = await client.hmget(memory.redis_key, ["rev", "fence", "epoch"])
+    assert all(int(a) == int(b) + 1 for a, b in zip(after, before, strict=True))
+    await client.aclose()
+
+
+@pytest.mark.parametrize("field", ["rev", "fence", "epoch"])
+async def test_a_corrupt_counter_is_a_typed_error_and_nothing_is_written(
+    fake_memories: MemoryFactory, fake_server: Any, field: str
+) -> None:
+    memory = fake_memories(config(full_zone_turns=1), summarizer=ScriptedSummarizer())
+    await memory.add_turn(turn(0))
+    client = await _raw(fake_server)
+    await client.hset(memory.redis_key, field, "x")
+    doc = await client.hget(memory.redis_key, "doc")
+    with pytest.raises(RedisMemoryError) as caught:
+        await memory.add_turn(turn(1), turn_id="t1")
+    assert caught.value.recorded is False
+    assert await client.hget(memory.redis_key, "doc") == doc
+    assert await client.zscore(memory._keys.ids, "t1") is None
+    other = fake_memories(config("truncation"))
+    with pytest.raises(RedisMemoryError, match="corrupt"):
+        await other.get_llm_context()
+    await client.aclose()
+
+
+async def test_the_turn_id_keyword_is_checked_like_a_turns_id(
+    fake_memories: MemoryFactory,
+) -> None:
+    memory = fake_memories(config("truncation"))
+    for bad in ("\ud800", "x" * 257, "", 7):
+        with pytest.raises(TypeError, match="turn_id"):
+            await memory.add_turn(turn(0), turn_id=bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="turn_id"):
+            await memory.turn_recorded(bad)  # type: ignore[arg-type]
+    assert _recent(await memory.get_llm_context()) == []
+
+
+async def test_a_wrong_type_under_the_turn_ids_is_a_typed_error(
+    fake_memories: MemoryFactory, fake_server: Any
+) -> None:
+    memory = fake_memories(config("truncation"))
+    client = await _raw(fake_server)
+    await client.set(memory._keys.ids, "not a set")
+    with pytest.raises(RedisMemoryError):
+        await memory.turn_recorded("t")
+    await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("rev", "state"),
+    [(None, '{"version": 2}'), ("x", '{"version": 2}'), ("1", b"\xff\xfe")],
+    ids=["no revision", "revision not a number", "not UTF-8"],
+)
+async def test_the_state_store_reports_a_corrupt_record(
+    fake_server: Any, rev: str | None, state: str | bytes
+) -> None:
+    client = await _raw(fake_server)
+    store = RedisStateStore(client, namespace="corrupt")
+    mapping: dict[str, str | bytes] = {"state": state}
+    if rev is not None:
+        mapping["rev"] = rev
+    await client.hset("corrupt:k", mapping=mapping)
+    with pytest.raises(CorruptStateError) as caught:
+        await store.load_memory_state("k")
+    assert caught.value.key == "k"
+    if rev == "x":  # a conditional save cannot compare with it either
+        with pytest.raises(CorruptStateError):
+            await store.save_memory_state_if("k", {"revision": 2}, expected_revision=1)
+    await client.aclose()
+
+
+async def test_the_worker_backoff_survives_a_long_outage(fake_memories: MemoryFactory) -> None:
+    summarizer = ScriptedSummarizer()
+    memory = fake_memories(config(full_zone_turns=1), summarizer=summarizer)
+    memory._wake = lambda: None  # type: ignore[method-assign]  # turns left pending
+    for i in range(3):
+        await memory.add_turn(turn(i))
+    del memory._wake
+    client, real = memory._client, memory._client.execute_command
+    down = True
+
+    async def outage(*args: Any, **kwargs: Any) -> Any:
+        if down:
+            raise redis_errors.ConnectionError("Connection refused")
+        return await real(*args, **kwargs)
+
+    waits: list[float] = []
+    enough = asyncio.Event()
+
+    async def cut_short(delay: float) -> None:  # each backoff, noted and not waited
+        waits.append(delay)
+        if len(waits) >= 1_100:  # past 2**1024 a float overflows
+            enough.set()
+        await asyncio.sleep(0)
+
+    client.execute_command = outage  # type: ignore[method-assign]
+    memory._sleep = cut_short  # type: ignore[method-assign]
+    memory._wake()
+    worker = memory._worker
+    assert worker is not None
+    waited = asyncio.ensure_future(enough.wait())
+    await asyncio.wait([waited, worker], timeout=10, return_when=asyncio.FIRST_COMPLETED)
+    waited.cancel()
+    assert not worker.done(), f"the worker died after {len(waits)} failures"
+    assert max(waits) <= 2.0
+    down = False
+    del memory._sleep
+    await asyncio.wait_for(memory.flush(), 5)
+    assert not memory.to_dict()["pending"]
