@@ -55,14 +55,14 @@ local function int(x)
   if type(x) == 'number' then return string.format('%d', x) end
   return x
 end
-local function born()
-  if redis.call('EXISTS', KEYS[1]) == 0 then
-    local t = redis.call('TIME')
-    local base = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
-    redis.call('HSET', KEYS[1], 'rev', base, 'fence', base, 'epoch', base)
-    return true
-  end
-  return false
+-- ``cur``: the hash's rev, fence and epoch; a hash without ``rev`` (none, or expired) is
+-- made afresh. Returns the counters to go on from.
+local function born(cur)
+  if cur[1] then return cur end
+  local t = redis.call('TIME')
+  local base = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  redis.call('HSET', KEYS[1], 'rev', base, 'fence', base, 'epoch', base)
+  return {base, base, base}
 end
 """
 
@@ -112,11 +112,10 @@ if string.sub(bump, 1, 5) == 'bump:' then
   rid = string.sub(bump, 6)
   if redis.call('HGET', KEYS[1], 'replaced') == rid then return state('replayed') end
 end
-born()
+cur = born(cur)
 local rev = redis.call('HINCRBY', KEYS[1], 'rev', 1)
-local v = redis.call('HMGET', KEYS[1], 'fence', 'epoch')
-fence = v[1]
-local epoch = v[2]
+fence = cur[2]
+local epoch = cur[3]
 if rid then
   epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
   redis.call('HSET', KEYS[1], 'replaced', rid)
@@ -150,9 +149,10 @@ ACQUIRE = (
     + _COUNTERS
     + """
 if redis.call('EXISTS', KEYS[3]) == 1 then return {'held', redis.call('PTTL', KEYS[3])} end
-local bad = corrupt(redis.call('HMGET', KEYS[1], 'rev', 'fence', 'epoch'))
+local cur = redis.call('HMGET', KEYS[1], 'rev', 'fence', 'epoch')
+local bad = corrupt(cur)
 if bad then return bad end
-born()
+born(cur)
 local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
 redis.call('SET', KEYS[3], ARGV[1] .. '/' .. int(fence), 'PX', ARGV[2])
 local ttl = tonumber(ARGV[3])
@@ -180,9 +180,10 @@ return 0
 CLEAR = (
     _COUNTERS
     + """
-local bad = corrupt(redis.call('HMGET', KEYS[1], 'rev', 'fence', 'epoch'))
+local cur = redis.call('HMGET', KEYS[1], 'rev', 'fence', 'epoch')
+local bad = corrupt(cur)
 if bad then return bad end
-born()
+born(cur)
 redis.call('HDEL', KEYS[1], 'doc', 'nb', 'replaced')
 redis.call('HINCRBY', KEYS[1], 'rev', 1)
 redis.call('HINCRBY', KEYS[1], 'epoch', 1)
