@@ -11,6 +11,7 @@ import copy
 import time
 from collections import deque
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any, Literal, get_args
 
 import anyio
@@ -21,11 +22,12 @@ __all__ = ["CallbackError", "FailureMode", "RecordingCallbacks", "ScriptedSummar
 
 #: How a scripted call fails: ``raise`` (``RuntimeError``), ``not_mapping`` (returns a list),
 #: ``no_summary`` (``{"text": ...}``), ``non_string`` (``{"summary": 123}``), ``oversize``
-#: (a summary of ``oversize_chars`` characters), ``cancel`` (raises ``CancelledError``
-#: itself, as a client library may when its own request is cancelled) or ``hang`` (never
-#: returns).
+#: (a summary of ``oversize_chars`` characters), ``attribute`` (an object that is no mapping
+#: but has a valid ``summary`` attribute, like an LLM client's response object), ``cancel``
+#: (raises ``CancelledError`` itself, as a client library may when its own request is
+#: cancelled) or ``hang`` (never returns).
 FailureMode = Literal[
-    "raise", "not_mapping", "no_summary", "non_string", "oversize", "cancel", "hang"
+    "raise", "not_mapping", "no_summary", "non_string", "oversize", "attribute", "cancel", "hang"
 ]
 _MODES: frozenset[str] = frozenset(get_args(FailureMode))
 
@@ -83,6 +85,9 @@ class ScriptedSummarizer:
         #: The summary each call returned, aligned with :attr:`calls`; ``None`` while a call
         #: runs and for a call that failed.
         self.outputs: list[str | None] = []
+        #: Whether each call has ended (returned, raised or was cancelled), aligned with
+        #: :attr:`calls`.
+        self.ended: list[bool] = []
         #: Number of calls that returned a valid summary.
         self.completed = 0
         self._held = False
@@ -164,6 +169,13 @@ class ScriptedSummarizer:
         self.calls.append(recorded)
         self.call_times.append(time.monotonic())
         self.outputs.append(None)
+        self.ended.append(False)
+        try:
+            return await self._answer(index, payload)
+        finally:
+            self.ended[index] = True
+
+    async def _answer(self, index: int, payload: Any) -> Any:
         mode = None if self.decide_on_release else self._next_mode()
         self._called.notify()
         self.waiting += 1
@@ -178,7 +190,7 @@ class ScriptedSummarizer:
         if self.decide_on_release:
             mode = self._next_mode()
         if mode is not None:
-            return await self._fail(mode)
+            return await self._fail(mode, payload)
         summary = self.summary_for(payload)
         self.outputs[index] = summary
         self.completed += 1
@@ -208,7 +220,7 @@ class ScriptedSummarizer:
         starts = self._hang_starts
         return time.monotonic() - min(starts) if starts else 0.0
 
-    async def _fail(self, mode: FailureMode) -> Any:
+    async def _fail(self, mode: FailureMode, payload: Any) -> Any:
         if mode == "raise":
             raise RuntimeError("scripted summarizer failure")
         if mode == "not_mapping":
@@ -219,6 +231,8 @@ class ScriptedSummarizer:
             return {"summary": 123}
         if mode == "oversize":
             return {"summary": "x" * self.oversize_chars}
+        if mode == "attribute":
+            return SimpleNamespace(summary=self.summary_for(payload))
         if mode == "cancel":
             raise asyncio.CancelledError("scripted summarizer cancelled itself")
         started = time.monotonic()

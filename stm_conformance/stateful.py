@@ -288,7 +288,7 @@ class MemoryDifferential(RuleBasedStateMachine):
         assert self.model is not None
         for _ in range(8):
             try:
-                early = self._bounded(self._flush_and_look(), what)
+                early = self._bounded(self._flush_and_look(self._pending_in_model()), what)
             except _StepTimeout as exc:
                 # Turns evicted while the held call ran that no call was sent since: flush()
                 # waits for them because they were lost at the install (WM-003).
@@ -329,11 +329,16 @@ class MemoryDifferential(RuleBasedStateMachine):
         if self.tracker is not None:
             self.tracker.before(operation, args)
 
-    async def _flush_and_look(self) -> set[str]:
+    def _pending_in_model(self) -> set[str]:
+        """The turns pending now, hidden by the budget or not (the view shows only some)."""
+        assert self.model is not None
+        return {t.rendered["user"] for t in self.model.pending}
+
+    async def _flush_and_look(self, before: set[str]) -> set[str]:
         """``flush()``, with held calls released once it is waiting for them, then (before
-        anything else runs) the turns it should have covered that are still pending in a
-        memory that is not degraded (WM-007)."""
-        before = _pending_users(await self.sut.get_llm_context())
+        anything else runs) the turns of ``before`` (pending when it was called) that are
+        still pending in a memory that is not degraded (WM-007): shown as pending, or sent
+        to a call still running (hidden turns are not in the view, but are pending too)."""
         self._note("flush")
         flushing = asyncio.ensure_future(self.sut.flush())
         await asyncio.sleep(0)  # flush() starts while the call in flight is held
@@ -341,7 +346,18 @@ class MemoryDifferential(RuleBasedStateMachine):
         await flushing
         if str(self.sut.health.value) in _DEGRADED_FAMILY:
             return set()
-        return before & _pending_users(await self.sut.get_llm_context())
+        # A turn sent to no call at all may have been lost some other way: the view tells.
+        # A call of a replaced state counts too: while it runs, the loaded state's own call
+        # for the same turns cannot have run (WM-004).
+        running = {
+            str(t.get("user"))
+            for index, call in enumerate(self.summarizer.calls)
+            if not self.summarizer.ended[index]
+            for t in call.get("turns") or []
+            if isinstance(t, Mapping)
+        }
+        shown = _pending_users(await self.sut.get_llm_context())
+        return before & (shown | running)
 
     # -- rules ---------------------------------------------------------------------------
 
@@ -405,11 +421,12 @@ class MemoryDifferential(RuleBasedStateMachine):
         self.step = _Step("fail_round", health_rule=_failure_rule(mode, "HLT-004"))
         self.failed = True
         self.history.append(f"fail_round({mode!r})")
+        before = self._pending_in_model()
         self.model.fail()
         self.summarizer.fail_always(mode)
         try:
             early = self._bounded(
-                self._flush_and_look(),
+                self._flush_and_look(before),
                 "flush() did not return while every call failed",
             )
             if early:
@@ -820,6 +837,14 @@ def diagnose(
         return "HLT-004", "a DEGRADED memory must show recent turns only"
     if set(inner) - {"summary", "pending_turns", "recent_turns"}:
         return "STR-003", f"unexpected keys {sorted(set(inner) - set(spec))} in the view"
+    # Which keys are present is part of the shape, whatever their content: an empty summary
+    # or pending list is left out, recent_turns never is.
+    empty = sorted(k for k in ("summary", "pending_turns") if k in inner and not inner[k])
+    if empty or "recent_turns" not in inner:
+        return "STR-003", (
+            f"the view's keys are {sorted(inner)}, the spec's {sorted(spec)}: recent_turns "
+            "is always present, summary and pending_turns only when not empty"
+        )
     if inner.get("summary", "") != spec.get("summary", ""):
         return _summary_difference(model, str(inner.get("summary", "")), step)
     if inner.get("recent_turns", []) != spec.get("recent_turns", []):

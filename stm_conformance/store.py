@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["KitStateStore"]
+__all__ = ["ConditionalKitStateStore", "KitStateStore", "KitStaleStateError"]
 
 
 class KitStateStore:
@@ -52,3 +52,39 @@ class KitStateStore:
     def keys(self) -> list[str]:
         """The stored keys, in insertion order."""
         return list(self._records)
+
+
+class KitStaleStateError(RuntimeError):
+    """A conditional save named another revision than the one stored."""
+
+
+class ConditionalKitStateStore(KitStateStore):
+    """A :class:`KitStateStore` that also offers the optional conditional save of the store
+    contract (docs/backend-authors.md): ``save_memory_state_if(key, state, *,
+    expected_revision)`` writes only over the revision the writer last loaded or saved.
+
+    A backend may use either save; SER-006 holds the revisions it writes to the same rule.
+    """
+
+    async def save_memory_state_if(
+        self, key: str, state: Mapping[str, Any], *, expected_revision: int | None
+    ) -> None:
+        """Store ``state`` only if the stored revision (absent: 0) is ``expected_revision``;
+        ``None`` expects no record. Checked and written with no await in between.
+
+        Raises:
+            KitStaleStateError: the stored revision differs; nothing is written.
+            TypeError: as :meth:`KitStateStore.save_memory_state`.
+        """
+        text = self._records.get(key) if isinstance(key, str) else None
+        stored = None if text is None else json.loads(text).get("revision", 0)
+        if stored != expected_revision:
+            raise KitStaleStateError(
+                f"conditional save under {key!r} expected {_revision(expected_revision)}, "
+                f"found {_revision(stored)}"
+            )
+        await self.save_memory_state(key, state)
+
+
+def _revision(revision: Any) -> str:
+    return "no record" if revision is None else f"revision {revision!r}"

@@ -263,7 +263,14 @@ def _first_call_answers(
 
 def _assert_view_is_the_models(view: dict[str, Any], model: SpecModel, when: str) -> None:
     """The recent and visible pending turns of ``view`` are exactly ``model``'s (BUD-004,
-    BUD-010), blamed on BUD-004 when recent differs and on BUD-010 when pending does."""
+    BUD-010), blamed on BUD-004 when recent differs and on BUD-010 when pending does.
+    The view's shape comes first (STR-003): an empty list it should leave out is measured
+    too, so the trimming that follows from it differs."""
+    empty = sorted(k for k in ("summary", "pending_turns") if k in view and not view[k])
+    assert not empty and "recent_turns" in view, (
+        f"STR-003: {when} the view's keys are {sorted(view)}: recent_turns is always present, "
+        "summary and pending_turns only when not empty"
+    )
     got = view.get("recent_turns") or []
     want = [m.rendered for m in model.recent]
     assert got == want, (
@@ -834,3 +841,91 @@ async def test_error_policy_measures_a_recovery_summary_with_the_turns_evicted_d
         f"HLT-006: after the recovery the view is {view}; the spec: {model.view()}"
     )
     assert memory.estimate_tokens() == model.tokens() == total, "BUD-008"
+
+
+@scenario("direction:accept", "direction:reject", "bound:lower", "bound:upper")
+@req("BUD-009")
+@cap("truncation")
+@pytest.mark.parametrize(
+    "estimator", [lambda s: len(s) // 2 + 3, _words], ids=["heavier", "lighter"]
+)
+async def test_satisfiability_is_measured_with_the_configured_estimator(make_memory, estimator):
+    """The empty view is measured with ``token_estimator``, not the default: a heavier one
+    refuses a budget the default would fit, a lighter one accepts a budget the default
+    would not."""
+    empty = canonical_json({"conversation_memory": {"recent_turns": []}})
+    least = estimator(empty)
+    assert least > 1 and least != default_token_estimator(empty), "check setup"
+
+    def cfg(total: int) -> Any:
+        return config(
+            "truncation", total_max_tokens=total, summary_max_tokens=1, token_estimator=estimator
+        )
+
+    try:
+        await make_memory(cfg(least - 1))
+    except ValueError:
+        pass
+    else:
+        raise AssertionError(
+            f"BUD-009: the configured token_estimator counts the empty view as {least} tokens, "
+            f"yet total_max_tokens={least - 1} was accepted (the default estimator counts "
+            f"{default_token_estimator(empty)})"
+        )
+    try:
+        await make_memory(cfg(least))
+    except ValueError as exc:
+        raise AssertionError(
+            f"BUD-009: the configured token_estimator counts the empty view as {least} tokens, "
+            f"within total_max_tokens={least}, but the memory refused the budget (the default "
+            f"estimator counts {default_token_estimator(empty)}): {exc}"
+        ) from exc
+
+
+def _v1_states_over_a_window_of_one() -> list[Any]:
+    """The PenguiFlow v1 fixtures with more than one turn in recent, each marked with the
+    capability of its strategy."""
+    from importlib import resources  # only this check reads the v1 fixtures
+
+    folder = resources.files("stm_conformance") / "data" / "penguiflow_v1"
+    params = []
+    for path in sorted(folder.iterdir(), key=lambda p: p.name):
+        if not path.name.endswith(".json"):
+            continue
+        state = json.loads(path.read_text(encoding="utf-8"))
+        if len(state["turns"]) > 1:
+            strategy = state["config_snapshot"]["strategy"]
+            params.append(pytest.param(state, id=path.name[:-5], marks=cap(strategy)))
+    return params
+
+
+@scenario("bound:upper")
+@req("BUD-003", "SER-004")
+@cap("serialization")
+@pytest.mark.parametrize("state", _v1_states_over_a_window_of_one())
+async def test_a_v1_state_loaded_into_a_smaller_window_is_brought_within_it(make_memory, state):
+    """A PenguiFlow v1 state is brought within this memory's window as it loads, as a v2
+    state is (``test_a_state_loaded_into_a_smaller_window_evicts_to_pending``): right after
+    ``from_dict``, before any ``add_turn``, recent holds the state's newest turn only."""
+    summarizer = ScriptedSummarizer()
+    summarizer.hold()  # turns the window evicts wait as pending: nothing else moves
+    strategy = state["config_snapshot"]["strategy"]
+    memory = await make_memory(
+        config(strategy, full_zone_turns=1, retry_backoff_base_s=30.0), summarizer=summarizer
+    )
+    try:
+        memory.from_dict(copy.deepcopy(state))
+    except ValueError as exc:  # the load itself is SER-004's (its own checks say more)
+        raise AssertionError(f"SER-004: a valid v1 state was refused: {exc}") from exc
+    ctx = dict(await memory.get_llm_context())
+    recent = users(ctx.get("conversation_memory", {}).get("recent_turns"))
+    assert len(recent) <= 1, (
+        f"BUD-003: a v1 state of {len(state['turns'])} recent turns loaded into "
+        f"full_zone_turns=1 shows {len(recent)} recent turns: {recent}"
+    )
+    newest = state["turns"][-1]["user_message"]
+    assert recent == [newest], (
+        f"SER-004: after loading a v1 state into full_zone_turns=1 recent is {recent}, not "
+        f"the state's newest turn {newest!r}"
+    )
+    summarizer.release()

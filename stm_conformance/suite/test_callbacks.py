@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from stm_conformance import RecordingCallbacks
+from stm_conformance import RecordingCallbacks, ScriptedSummarizer
 from stm_conformance.checks import (
     EITHER_STRATEGY,
     config,
@@ -13,6 +15,7 @@ from stm_conformance.checks import (
     returns_within,
     turn,
 )
+from stm_conformance.contract import MemoryKey
 
 pytestmark = [pytest.mark.stm_capability("callbacks")]
 req = pytest.mark.stm_requirement
@@ -29,6 +32,35 @@ async def test_turn_added_once_per_turn_in_order(make_memory, recording_callback
     await recording_callbacks.wait_for("turns", 5)
     await recording_callbacks.settle()
     assert [t.user_message for t in recording_callbacks.turns] == [f"u{i}" for i in range(5)]
+
+
+@req("CB-001")
+@pytest.mark.stm_capability("persistence")
+@pytest.mark.parametrize("strategy", EITHER_STRATEGY)
+async def test_hydrated_turns_are_not_reported_again(
+    make_memory, recording_callbacks, stm_provider, stm_store, strategy
+):
+    """Turns come back from the store, they are not added again: a memory that hydrates a
+    conversation (observed by the same callbacks) reports only the turns added after."""
+    key = MemoryKey("t", "u", "reported-once")
+    storage = stm_provider.key_for_storage(key)
+    cfg = config(strategy, full_zone_turns=2, **recording_callbacks.config_kwargs())
+    memory = await make_memory(cfg, key=key)
+    for i in range(3):
+        await memory.add_turn(turn(i))
+    await memory.flush()
+    await recording_callbacks.wait_for("turns", 3)
+    await memory.persist(stm_store, storage)
+    restored = await make_memory(cfg, key=key)
+    await restored.hydrate(stm_store, storage)
+    await restored.add_turn(turn(3))
+    await recording_callbacks.wait_for("turns", 4)
+    await recording_callbacks.settle()
+    reported = [t.user_message for t in recording_callbacks.turns]
+    assert reported == [f"u{i}" for i in range(4)], (
+        f"CB-001: on_turn_added reported {reported} for turns u0..u2 added, persisted and "
+        "hydrated into another memory, then u3 added there: each turn once"
+    )
 
 
 @req("CB-001")
@@ -113,3 +145,42 @@ async def test_slow_or_raising_callbacks_never_harm_memory(make_memory):
     await raising.wait_for("turns", 3)
     await raising.settle()
     assert len((await memory_view(memory))["recent_turns"]) == 2
+
+
+@req("CB-004")
+@pytest.mark.stm_capability("rolling_summary")
+async def test_slow_summary_and_health_callbacks_never_delay_flush(
+    make_memory, scripted_summarizer
+):
+    """``on_summary_updated`` and ``on_health_changed`` run while the memory summarizes:
+    taking 30s each, they delay neither ``add_turn`` nor ``flush()``."""
+
+    async def turns_and_flushes(callbacks: RecordingCallbacks, summarizer: Any) -> None:
+        cfg = config(full_zone_turns=1, **callbacks.config_kwargs())
+        memory = await make_memory(cfg, summarizer=summarizer)
+        summarizer.fail_next(1, mode="raise")  # health changes too: to RETRY and back
+        for i in range(4):
+            await memory.add_turn(turn(i))
+            await memory.flush()
+
+    # The same with callbacks that return at once: what it takes without them to wait
+    # for (a retry that waits for the next add_turn is HLT-002's, not the callbacks').
+    await returns_within(
+        turns_and_flushes(RecordingCallbacks(), ScriptedSummarizer()),
+        timeout=2,
+        what="HLT-002: four add_turn and flush() calls, one failed summarizer call retried "
+        "(precondition, with callbacks that return at once)",
+    )
+    slow = RecordingCallbacks(delay_s=30.0)
+    await returns_within(
+        turns_and_flushes(slow, scripted_summarizer),
+        timeout=2,
+        what="CB-004: four add_turn and flush() calls while summary and health callbacks "
+        "take 30s each",
+    )
+    # The slow callbacks did run: what flush() returned without waiting for.
+    for attr, rule in (("summaries", "CB-002"), ("health", "CB-003")):
+        try:
+            await slow.wait_for(attr, 1)
+        except TimeoutError as exc:
+            raise AssertionError(f"{rule}: {exc} (precondition)") from exc

@@ -7,8 +7,9 @@ import asyncio
 import anyio
 import pytest
 
-from stm_conformance import RecordingCallbacks
-from stm_conformance.checks import config, memory_view, patient, turn, users
+from stm_conformance import RecordingCallbacks, ScriptedSummarizer
+from stm_conformance._deadline import settle_tasks
+from stm_conformance.checks import config, eventually, memory_view, patient, turn, users
 from stm_conformance.contract import MemoryKey
 from stm_conformance.fixtures import CheckedMemory
 
@@ -94,3 +95,55 @@ async def test_aclose_cancels_background_work(stm_provider, scripted_summarizer)
     left.discard(asyncio.current_task())
     assert not left, f"tasks still running after aclose(): {left}"
     scripted_summarizer.release()
+
+
+@req("CON-003")
+@pytest.mark.stm_capability("rolling_summary")
+@pytest.mark.parametrize("health", ["retry", "degraded"])
+async def test_aclose_cancels_a_worker_waiting_to_retry(stm_provider, health):
+    """Background work is not only a call in flight: a memory closed while it waits out a
+    retry backoff (RETRY) or a recovery interval (DEGRADED with a backlog), 30s each,
+    leaves no task running either."""
+    before = set(asyncio.all_tasks())
+    failing = ScriptedSummarizer()
+    failing.fail_always("raise")
+    cfg = config(
+        full_zone_turns=1,
+        retry_attempts=2 if health == "retry" else 0,
+        retry_backoff_base_s=30.0,
+        degraded_retry_interval_s=30.0,
+    )
+    raw = await stm_provider.create(cfg, MemoryKey("t", "u", f"close-{health}"), failing)
+    if not hasattr(raw, "aclose"):
+        await stm_provider.dispose(raw)
+        pytest.skip("backend has no aclose()")
+    try:
+        await _fail_into(CheckedMemory(raw, cfg, failing), failing, health)
+    except BaseException:
+        await stm_provider.dispose(raw)
+        raise
+    with anyio.fail_after(patient(2)):
+        await raw.aclose()
+    await asyncio.sleep(0)
+    left = {t for t in asyncio.all_tasks() - before if not t.done()}
+    left.discard(asyncio.current_task())
+    running = sorted(map(repr, left))
+    await settle_tasks(left)  # not left to the next check
+    assert not running, (
+        f"CON-003: tasks still running after aclose() in {health.upper()}: {running}"
+    )
+
+
+async def _fail_into(memory: CheckedMemory, failing: ScriptedSummarizer, health: str) -> None:
+    """Turns until a failed call takes ``memory`` to ``health``, then one more (evicted
+    to the backlog when DEGRADED); then the memory waits out its 30s timer."""
+    rule = "HLT-002" if health == "retry" else "HLT-004"
+    for i in range(3):
+        await memory.add_turn(turn(i))
+        if i == 1:
+            await failing.wait_for_calls(1)
+            await eventually(
+                lambda: memory.health.value == health,
+                what=f"{rule}: no {health} after a failed call (precondition)",
+            )
+    await anyio.sleep(0.02)  # the worker gets to its wait

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 
 import anyio
 import pytest
 
+from stm_conformance import ScriptedSummarizer
 from stm_conformance.checks import config, eventually, memory_view, patient, turn, users
+from stm_conformance.contract import MemoryKey
 
 pytestmark = [pytest.mark.stm_capability("rolling_summary")]
 req = pytest.mark.stm_requirement
 scenario = pytest.mark.stm_scenario
 
-INVALID_MODES = ["raise", "not_mapping", "no_summary", "non_string", "oversize", "hang"]
+INVALID_MODES = [
+    "raise", "not_mapping", "no_summary", "non_string", "oversize", "attribute", "hang",
+]  # fmt: skip
 
 
 @req("HLT-001")
@@ -115,6 +121,54 @@ async def test_failures_are_counted_afresh_after_a_success(make_memory, scripted
     )
 
 
+@req("HLT-004")
+@pytest.mark.stm_capability("serialization")
+async def test_failures_before_a_restore_still_count_after_it(make_memory, scripted_summarizer):
+    """A state saved in RETRY after the first attempt and one retry failed, restored into a
+    fresh memory: with ``retry_attempts=2`` one retry is left, so the next failure degrades.
+    A state that forgets how many calls failed grants the retries again."""
+    cfg = config(full_zone_turns=1, retry_attempts=2, retry_backoff_base_s=0.01)
+    key = MemoryKey("t", "u", f"restored-in-retry-{uuid.uuid4().hex}")
+    memory = await make_memory(cfg, key=key, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_always("raise")
+    scripted_summarizer.hold()
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await scripted_summarizer.wait_for_calls(1)
+    scripted_summarizer.let_one_through()  # the first attempt fails
+    await eventually(
+        lambda: len(scripted_summarizer.calls) >= 2,
+        what="HLT-002: retry 1, scheduled by the memory itself (precondition)",
+    )
+    scripted_summarizer.let_one_through()  # retry 1 fails
+    # Retry 2 started (held): both failures are in the state saved now.
+    await eventually(
+        lambda: len(scripted_summarizer.calls) >= 3,
+        what="HLT-002: retry 2, scheduled by the memory itself (precondition)",
+    )
+    assert memory.health.value == "retry", (
+        f"HLT-002: RETRY while retry 2 of 2 runs, not {memory.health.value!r}"
+    )
+    state = json.loads(json.dumps(memory.to_dict()))
+    restored_summarizer = ScriptedSummarizer()
+    restored_summarizer.fail_always("raise")
+    restored = await make_memory(cfg, key=key, summarizer=restored_summarizer)
+    restored.from_dict(state)
+    assert restored.health.value == "retry", (
+        f"SER-002: a state saved in RETRY was restored as {restored.health.value!r}"
+    )
+    await eventually(
+        lambda: restored.health.value == "degraded",
+        what="HLT-004: DEGRADED once the one retry left after the restore failed",
+    )
+    calls = len(restored_summarizer.calls)
+    assert calls == 1, (
+        f"HLT-004: restored after 2 of the {cfg.retry_attempts + 1} attempts failed, the "
+        f"memory made {calls} failing calls before DEGRADED; 1 was left (the failures before "
+        "the restore still count)"
+    )
+
+
 @scenario("bound:lower", "bound:upper")
 @req("HLT-005")
 async def test_degraded_backlog_is_bounded_and_counted(
@@ -150,6 +204,32 @@ async def test_degraded_backlog_is_bounded_and_counted(
             f"the 6 turns dropped stay counted after the recovery covered the backlog: "
             f"dropped_turns={dropped}"
         )
+
+
+@req("HLT-005")
+@pytest.mark.stm_capability("serialization")
+async def test_pending_turns_cut_when_degrading_are_counted(make_memory, scripted_summarizer):
+    """Five turns pending when the last attempt fails move to a backlog of 2: the three
+    oldest are dropped on the way in, and counted like any other drop."""
+    cfg = config(full_zone_turns=1, retry_attempts=0, recovery_backlog_limit=2)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_next(1, mode="raise")
+    scripted_summarizer.hold()
+    for i in range(6):
+        await memory.add_turn(turn(i))
+    pending = users((await memory_view(memory)).get("pending_turns"))
+    assert pending == ["u0", "u1", "u2", "u3", "u4"], f"WM-002: pending {pending}"
+    await scripted_summarizer.wait_for_calls(1)
+    scripted_summarizer.release()  # the one attempt fails: DEGRADED
+    await eventually(
+        lambda: memory.health.value in ("degraded", "recovering"),
+        what="HLT-004: DEGRADED (precondition)",
+    )
+    dropped = memory.to_dict().get("dropped_turns")
+    assert dropped == 3, (
+        f"HLT-005: 5 pending turns moved to a backlog of {cfg.recovery_backlog_limit} when "
+        f"the memory degraded: dropped_turns={dropped}, want 3"
+    )
 
 
 @req("HLT-005")
@@ -245,6 +325,37 @@ async def test_recovery_is_rate_limited_and_returns_to_healthy(
         seen = [new for _, new in recording_callbacks.health]
         assert "recovering" in seen, f"no RECOVERING state observed: {recording_callbacks.health}"
     assert (await memory_view(memory)).get("summary"), "recovery installs a summary"
+
+
+@req("HLT-006")
+@pytest.mark.stm_capability("serialization")
+async def test_reloading_a_degraded_state_brings_no_recovery_sooner(
+    make_memory, scripted_summarizer
+):
+    """``from_dict(to_dict())`` again and again while DEGRADED: loading restarts the timer
+    at most, so recovery attempts still come at most once per ``degraded_retry_interval_s``."""
+    interval = 0.3
+    cfg = config(full_zone_turns=1, retry_attempts=0, degraded_retry_interval_s=interval)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_always("raise")
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await eventually(
+        lambda: memory.health.value == "degraded", what="HLT-004: DEGRADED (precondition)"
+    )
+    started = time.monotonic()
+    for _ in range(10):
+        memory.from_dict(json.loads(json.dumps(memory.to_dict())))
+        assert memory.health.value in ("degraded", "recovering"), (
+            f"SER-002: a DEGRADED state reloaded as {memory.health.value!r}"
+        )
+        await anyio.sleep(0.01)
+    elapsed = time.monotonic() - started
+    attempts = sum(t >= started for t in scripted_summarizer.call_times)
+    assert attempts <= elapsed / interval + 1, (
+        f"HLT-006: {attempts} recovery attempts in {elapsed:.2f}s of reloading a DEGRADED "
+        f"state, with degraded_retry_interval_s={interval}: a load must not make one due"
+    )
 
 
 @req("HLT-002", "HLT-008")

@@ -32,6 +32,12 @@ ADVERSARIAL_KEYS = {
     "empty-vs-defaults": (("", "", "s"), ("default", "anonymous", "s")),
     "empty-parts-shift": (("", "ab", "s"), ("a", "b", "s")),
     "prefix-lookalike": (("kv:v1:t", "u", "s"), ("t", "u", "s")),
+    # Whitespace twins: trailing whitespace goes in tenant or user, since _pair appends to
+    # the session part.
+    "trailing-space": (("t ", "u", "s"), ("t", "u", "s")),
+    "leading-space": (("t", " u", "s"), ("t", "u", "s")),
+    "tab-twins": (("t", "u\t", "\ts"), ("t", "u", "s")),
+    "blank-vs-empty": (("t", " ", "s"), ("t", "", "s")),
 }
 
 
@@ -111,6 +117,38 @@ async def test_storage_keys_are_injective_through_one_store(
         own, other = f"u{i}" + "x" * (5 + i), f"u{1 - i}" + "x" * (6 - i)
         assert _marker_free(view, other), f"KEY-002: {key!r} hydrated its twin's turns: {view}"
         assert _sees(view, own), f"KEY-002: {key!r} did not get its own state back: {view}"
+
+
+@req("KEY-001")
+@cap("rolling_summary")
+async def test_a_memory_made_after_another_tenant_summarized_starts_empty(make_memory):
+    """Tenant B's memory is made only once tenant A's has a summary (same user and session
+    ids): state a backend keeps outside the memory object, such as a cache of summaries to
+    resume from, must be scoped by the whole key. Ids unique to this run keep other checks'
+    memories out of it."""
+    run = uuid.uuid4().hex[:12]
+    cfg = config(full_zone_turns=1)
+    a = await make_memory(cfg, key=MemoryKey("tenant-a", f"u-{run}", f"s-{run}"))
+    for i in range(4):
+        await a.add_turn(turn(i, pad=5))
+    await a.flush()
+    assert (await memory_view(a)).get("summary"), "check setup: key A installed no summary"
+    summarizer = ScriptedSummarizer()
+    b = await make_memory(
+        cfg, key=MemoryKey("tenant-b", f"u-{run}", f"s-{run}"), summarizer=summarizer
+    )
+    view_b = await memory_view(b)
+    assert view_b == {"recent_turns": []}, (
+        f"KEY-001: a new memory of key B shows state of key A (other tenant): {view_b}"
+    )
+    await b.add_turn(turn(100))
+    await b.add_turn(turn(101))  # u100 is evicted: B's first call
+    await summarizer.wait_for_calls(1)
+    previous = summarizer.calls[0].get("previous_summary")
+    assert not previous, (
+        f"KEY-001: key B's first summarizer call got key A's summary as previous_summary: "
+        f"{previous!r:.120}"
+    )
 
 
 @req("KEY-001")
@@ -237,6 +275,24 @@ def test_explicit_key_wins(stm_provider):
     explicit = MemoryKey("t1", "u1", "s1")
     got = resolve(MemoryIsolation(), explicit, {"tenant_id": "t2", "session_id": "s2"})
     assert got == explicit
+
+
+@req("KEY-003")
+@cap("key_resolution")
+@pytest.mark.parametrize(
+    "parts",
+    [("t1", "u1", ""), ("t1", "u1", "  "), ("t1", "u1", "\t"), ("", "", "s1"), ("", " ", "")],
+    ids=["empty-session", "blank-session", "tab-session", "empty-tenant-user", "all-blank"],
+)
+@pytest.mark.parametrize("require_explicit_key", [False, True])
+def test_explicit_key_with_blank_parts_wins(stm_provider, parts, require_explicit_key):
+    """The blank-session rule (KEY-005) is about resolving from ``tool_context``: an
+    explicit key is used as given, empty or blank parts included."""
+    resolve = _resolver(stm_provider)
+    explicit = MemoryKey(*parts)
+    iso = MemoryIsolation(require_explicit_key=require_explicit_key)
+    got = resolve(iso, explicit, {"tenant_id": "t2", "user_id": "u2", "session_id": "s2"})
+    assert got == explicit, f"KEY-003: the explicit key {explicit!r} lost to tool_context: {got!r}"
 
 
 @req("KEY-004")

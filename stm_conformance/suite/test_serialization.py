@@ -32,6 +32,7 @@ from stm_conformance.contract import (
     default_token_estimator,
 )
 from stm_conformance.fixtures import CheckedMemory
+from stm_conformance.store import ConditionalKitStateStore, KitStaleStateError
 
 req = pytest.mark.stm_requirement
 scenario = pytest.mark.stm_scenario
@@ -190,6 +191,71 @@ def _mutations(valid: dict[str, Any]) -> st.SearchStrategy[Any]:
     return JSON | drop | retype | bad_turn
 
 
+#: Fields no turn can do without (``ConversationTurn``'s), whatever the format around them.
+TURN_FIELDS = ("user_message", "assistant_response")
+#: What version 2 of the state requires (``docs/memory-state.schema.json``): of the state,
+#: of each turn record, of a turn's digest, of the key.
+V2_STATE_FIELDS = (
+    "version",
+    "spec_version",
+    "strategy",
+    "health",
+    "failures",
+    "summary",
+    "summarized_through",
+    "next_seq",
+    "turns",
+    "pending",
+    "backlog",
+    "dropped_turns",
+    "revision",
+)
+V2_TURN_FIELDS = ("seq", *TURN_FIELDS)
+V2_DIGEST_FIELDS = ("tools_invoked", "observations_summary")
+V2_KEY_FIELDS = ("tenant_id", "user_id", "session_id")
+
+
+def _without_required_fields(valid: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """``(where, copy of valid without the field there)`` for each field ``valid`` cannot do
+    without: those of ``TURN_FIELDS`` in the first turn record (a mapping holding both) of
+    each list; in a version-2 state, every field that format requires of the state, of its
+    key, of the first turn record of each list and of the first digest there."""
+    v2 = valid.get("version") == 2
+
+    def without(*path: str | int) -> tuple[str, dict[str, Any]]:
+        data = json.loads(json.dumps(valid))
+        record = data
+        for step in path[:-1]:
+            record = record[step]
+        del record[path[-1]]
+        return "state" + "".join(f"[{step!r}]" for step in path), data
+
+    def fields(record: Any, required: tuple[str, ...]) -> list[str]:
+        return [f for f in required if f in record] if isinstance(record, dict) else []
+
+    found = [without(f) for f in fields(valid, V2_STATE_FIELDS if v2 else ())]
+    found += [without("key", f) for f in fields(valid.get("key"), V2_KEY_FIELDS if v2 else ())]
+    for name, records in valid.items():
+        turns = [
+            i
+            for i, record in enumerate(records if isinstance(records, list) else [])
+            if len(fields(record, TURN_FIELDS)) == len(TURN_FIELDS)
+        ]
+        if not turns:
+            continue
+        required = V2_TURN_FIELDS if v2 else TURN_FIELDS
+        found += [without(name, turns[0], f) for f in fields(records[turns[0]], required)]
+        for i in turns:
+            digest = records[i].get("trajectory_digest")
+            if v2 and isinstance(digest, dict):
+                found += [
+                    without(name, i, "trajectory_digest", f)
+                    for f in fields(digest, V2_DIGEST_FIELDS)
+                ]
+                break
+    return found
+
+
 @scenario("direction:accept", "direction:reject")
 @req("SER-003")
 @pytest.mark.stm_capability("rolling_summary")
@@ -198,13 +264,12 @@ async def test_malformed_input_raises_value_error_and_changes_nothing(
 ):
     memory = await make_memory(config(full_zone_turns=1), summarizer=scripted_summarizer)
     for i in range(3):
-        await memory.add_turn(turn(i))
+        await memory.add_turn(turn(i, digest=True))
     await memory.flush()
     scripted_summarizer.hold()
     valid = memory.to_dict()
     before = await _observe(memory)
     before_state = json.dumps(valid, sort_keys=True)
-    accepted: list[Any] = []
 
     @FIXTURE_SETTINGS
     @given(data=_mutations(valid))
@@ -215,8 +280,9 @@ async def test_malformed_input_raises_value_error_and_changes_nothing(
             return
         except Exception as exc:  # the requirement: ValueError and nothing else
             raise AssertionError(f"from_dict raised {type(exc).__name__}, not ValueError") from exc
-        accepted.append(data)
-        memory.from_dict(json.loads(before_state))  # a valid variant; restore for the next one
+        # Taken for a valid variant (a dropped optional field, a retyped value of the
+        # right type): malformed ones it must refuse are tried one by one below.
+        memory.from_dict(json.loads(before_state))
 
     attempt()
     assert await _observe(memory) == before, "a refused from_dict changed the memory"
@@ -240,6 +306,24 @@ async def test_malformed_input_raises_value_error_and_changes_nothing(
         with pytest.raises(ValueError):
             memory.from_dict(junk)  # type: ignore[arg-type]
     assert await _observe(memory) == before
+    # Required fields, one at a time, nested ones too: a turn record without its answer is
+    # malformed, not a turn with an empty answer.
+    for where, data in _without_required_fields(valid):
+        await anyio.lowlevel.checkpoint()
+        try:
+            memory.from_dict(data)
+        except ValueError:
+            continue
+        except Exception as exc:
+            raise AssertionError(
+                f"SER-003: from_dict of a state without {where} raised "
+                f"{type(exc).__name__}, not ValueError"
+            ) from exc
+        raise AssertionError(f"SER-003: from_dict accepted a state without {where}")
+    assert await _observe(memory) == before, "a refused from_dict changed the memory"
+    assert json.dumps(memory.to_dict(), sort_keys=True) == before_state, (
+        "a refused from_dict changed to_dict()"
+    )
 
 
 async def _failing_memory(
@@ -523,19 +607,40 @@ async def test_hydrate_of_an_absent_key_changes_nothing(make_memory, stm_store):
 @req("SER-006")
 @cap("persistence")
 @pytest.mark.stm_capability("truncation")
-async def test_each_persist_carries_the_next_revision(make_memory, stm_provider, stm_store):
+@pytest.mark.parametrize("conditional", [False, True], ids=["store", "conditional_store"])
+async def test_each_persist_carries_the_next_revision(
+    make_memory, stm_provider, stm_store, conditional
+):
+    """Also through a store that offers a conditional save (the kit's), which a backend
+    may use instead of ``save_memory_state``: the revision written is the same either way."""
+    store = ConditionalKitStateStore() if conditional else stm_store
     key = MemoryKey("t", "u", "revisions")
-    memory = await make_memory(config("truncation", full_zone_turns=2), key=key)
+    storage = stm_provider.key_for_storage(key)
+    cfg = config("truncation", full_zone_turns=2)
+    through = "through a store with save_memory_state_if" if conditional else "through the store"
+
+    async def persist(memory: Any) -> Any:
+        try:
+            await memory.persist(store, storage)
+        except KitStaleStateError as exc:
+            raise AssertionError(
+                f"SER-006: a conditional save of the only writer was refused: {exc}"
+            ) from exc
+        return (await store.load_memory_state(storage)).get("revision")
+
+    memory = await make_memory(cfg, key=key)
     revisions = []
     for i in range(3):
         await memory.add_turn(turn(i))
-        await memory.persist(stm_store, stm_provider.key_for_storage(key))
-        revisions.append(
-            (await stm_store.load_memory_state(stm_provider.key_for_storage(key))).get("revision")
-        )
-    assert revisions == [revisions[0], revisions[0] + 1, revisions[0] + 2], revisions
-    fresh = await make_memory(config("truncation", full_zone_turns=2), key=key)
-    await fresh.hydrate(stm_store, stm_provider.key_for_storage(key))
-    await fresh.persist(stm_store, stm_provider.key_for_storage(key))
-    stored = await stm_store.load_memory_state(stm_provider.key_for_storage(key))
-    assert stored["revision"] == revisions[-1] + 1, "hydrated revision + 1"
+        revisions.append(await persist(memory))
+    first = revisions[0]
+    assert isinstance(first, int) and revisions == [first, first + 1, first + 2], (
+        f"SER-006: three persists {through} wrote revisions {revisions}, each one higher"
+    )
+    fresh = await make_memory(cfg, key=key)
+    await fresh.hydrate(store, storage)
+    written = await persist(fresh)
+    assert written == revisions[-1] + 1, (
+        f"SER-006: persisting {through} a state hydrated at revision {revisions[-1]} wrote "
+        f"revision {written}, not {revisions[-1] + 1}"
+    )

@@ -53,6 +53,28 @@ async def test_rolling_summary_view_shape(make_memory, scripted_summarizer):
     assert isinstance(view["summary"], str) and view["summary"]
 
 
+@req("STR-003")
+@cap("rolling_summary")
+async def test_no_pending_key_when_the_budget_hides_every_pending_turn(
+    make_memory, scripted_summarizer
+):
+    """``pending_turns`` is present only when a pending turn is visible: with turns pending
+    but all hidden by the budget, the view has no such key (not an empty list)."""
+    cfg = config(full_zone_turns=1, total_max_tokens=70, summary_max_tokens=20)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.hold()
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await memory.add_turn(turn(2, pad=180))  # recent leaves no room for a pending turn
+    # u0 and u1 are pending (WM-002): every call is held, so no summary covers them.
+    view = await memory_view(memory)
+    assert set(view) == {"recent_turns"}, (
+        f"STR-003: turns are pending but none is visible, so the view holds recent turns "
+        f"only: keys {sorted(view)}, pending_turns={view.get('pending_turns')!r}"
+    )
+    scripted_summarizer.release()
+
+
 @req("STR-004")
 @cap("truncation")
 @pytest.mark.parametrize("include", [True, False])

@@ -281,6 +281,57 @@ async def test_flush_waits_for_everything_pending_at_call_time(make_memory, scri
 
 
 @req("WM-007")
+async def test_flush_waits_for_pending_turns_the_budget_hides(make_memory):
+    """Pending turns the budget hides from the view are pending all the same (WM-006):
+    flush() waits until a summary covers them too."""
+    summarizer = ScriptedSummarizer(max_chars=7)  # a summary always within the limits
+    cfg = config(full_zone_turns=1, total_max_tokens=70, summary_max_tokens=20)
+    memory = await make_memory(cfg, summarizer=summarizer)
+    summarizer.hold()
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await memory.add_turn(turn(2, pad=180))  # recent leaves no room for a pending turn
+    await eventually(
+        lambda: len(summarizer.calls) >= 1,
+        what="WM-006: no summarizer call started for u0 and u1, evicted and hidden by the "
+        "budget: pending turns are hidden, never deleted",
+    )
+    view = await memory_view(memory)
+    assert not view.get("pending_turns"), f"check setup: a pending turn is visible: {view}"
+    flushing = asyncio.ensure_future(memory.flush())
+    await asyncio.sleep(0.02)
+    returned_early = flushing.done()
+    summarizer.release()
+    await returns_within(flushing, what="WM-007: flush() once the held calls are released")
+
+    def covered() -> set[str]:
+        calls, outputs = summarizer.calls, summarizer.outputs
+        return {
+            u
+            for call, output in zip(calls, outputs, strict=True)
+            if output is not None
+            for u in users(call["turns"])
+        }
+
+    at_return, health = covered(), memory.health.value
+    # Turns deleted would explain an early return: nothing was left to wait for.
+    await eventually(
+        lambda: {"u0", "u1"} <= covered(),
+        timeout=1,
+        what="WM-006: u0 and u1, pending and hidden by the budget, never reached a summarizer "
+        "call that succeeded: pending turns are hidden, never deleted",
+    )
+    assert not returned_early, (
+        "WM-007: flush() returned while a summarizer call for pending turns was held: turns "
+        "the budget hides from the view are pending too"
+    )
+    assert {"u0", "u1"} <= at_return and health == "healthy", (
+        f"WM-007: flush() returned before the pending turns u0 and u1 were covered by a "
+        f"summary: calls that had succeeded were sent {sorted(at_return)} (health {health!r})"
+    )
+
+
+@req("WM-007")
 async def test_flush_returns_when_degraded(make_memory, scripted_summarizer):
     memory = await make_memory(
         config(full_zone_turns=1, retry_attempts=1), summarizer=scripted_summarizer
@@ -312,6 +363,34 @@ async def test_flush_does_not_hang_on_a_hung_summarizer(make_memory, scripted_su
     with anyio.fail_after(patient(5)):
         await memory.flush()
     assert memory.health.value == "degraded", "a hung call must count as a failure"
+
+
+@req("WM-008")
+async def test_a_hung_recovery_attempt_times_out(make_memory, scripted_summarizer):
+    """Recovery attempts are summarizer calls like any other: one that hangs fails after
+    ``summarizer_timeout_s``, and the next attempt follows."""
+    timeout = 0.05
+    cfg = config(
+        full_zone_turns=1,
+        retry_attempts=0,
+        degraded_retry_interval_s=0.01,
+        summarizer_timeout_s=timeout,
+    )
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_next(1, mode="raise")  # the first attempt: DEGRADED
+    scripted_summarizer.fail_always("hang")  # every recovery attempt hangs
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await eventually(
+        lambda: len(scripted_summarizer.calls) >= 2,
+        what="HLT-006: a recovery attempt the memory makes by itself (precondition)",
+    )
+    await eventually(
+        lambda: len(scripted_summarizer.calls) >= 3,
+        timeout=2,
+        what=f"WM-008: a recovery attempt that hangs did not fail after summarizer_timeout_s="
+        f"{timeout}s: no further attempt came",
+    )
 
 
 @scenario("bound:lower")

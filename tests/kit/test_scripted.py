@@ -52,6 +52,28 @@ async def test_failure_modes_return_invalid_output(mode: FailureMode, expected: 
     assert summarizer.outputs[0] is None
 
 
+async def test_attribute_mode_returns_an_object_that_is_not_a_mapping() -> None:
+    summarizer = ScriptedSummarizer()
+    summarizer.fail_next(1, "attribute")
+    reply = await summarizer(PAYLOAD)
+    assert not isinstance(reply, dict) and reply.summary == "old\nuser:u1\nuser:u2"
+    assert summarizer.completed == 0 and summarizer.outputs == [None]
+
+
+async def test_ended_follows_each_call() -> None:
+    summarizer = ScriptedSummarizer()
+    summarizer.hold()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(summarizer, PAYLOAD)
+        await summarizer.wait_for_calls(1)
+        assert summarizer.ended == [False]
+        summarizer.release()
+    summarizer.fail_next(1)
+    with pytest.raises(RuntimeError):
+        await summarizer(PAYLOAD)
+    assert summarizer.ended == [True, True]
+
+
 async def test_raise_hang_always_and_succeed() -> None:
     summarizer = ScriptedSummarizer()
     summarizer.fail_next(2)

@@ -14,7 +14,10 @@ from reference_impl.memory import DefaultShortTermMemory
 from . import mutant_provider
 
 BREAKS = "KEY-007"
-COLLATERAL: dict[str, str] = {}
+COLLATERAL: dict[str, str] = {
+    "SER-003": "the key is discarded before it is validated, so a malformed key (a part "
+    "missing) is accepted too",
+}
 
 
 class KeyBlindLoadMemory(DefaultShortTermMemory):
