@@ -156,6 +156,11 @@ class _Step:
     name: str
     #: The requirement that decides health after this step.
     health_rule: str = "HLT-008"
+    #: For a failure: the requirement of what follows a failure once counted (retries and
+    #: DEGRADED). A memory left in RETRY where the spec has DEGRADED counted the failure,
+    #: whatever its kind, and did not retry it through: that is this rule's, not
+    #: ``health_rule``'s (which says whether the output counts as a failure at all).
+    retry_rule: str = ""
     #: Pending turns (by user text) that no call had been sent when calls were released:
     #: evicted while a call ran, they must survive its install (WM-003).
     unsent: set[str] = field(default_factory=set)
@@ -418,7 +423,9 @@ class MemoryDifferential(RuleBasedStateMachine):
     def fail_round(self, mode: FailureMode = "raise") -> None:
         assert self.model is not None
         # A health that did not change after invalid output: it was not taken as a failure.
-        self.step = _Step("fail_round", health_rule=_failure_rule(mode, "HLT-004"))
+        self.step = _Step(
+            "fail_round", health_rule=_failure_rule(mode, "HLT-004"), retry_rule="HLT-004"
+        )
         self.failed = True
         self.history.append(f"fail_round({mode!r})")
         before = self._pending_in_model()
@@ -666,7 +673,9 @@ class MemoryDifferential(RuleBasedStateMachine):
         """The call in flight fails once in ``mode``; the retry the memory schedules by
         itself is held, so the memory stays in RETRY (HLT-002, HLT-003)."""
         assert self.model is not None
-        self.step = _Step("fail_once", health_rule=_failure_rule(mode, "HLT-002"))
+        self.step = _Step(
+            "fail_once", health_rule=_failure_rule(mode, "HLT-002"), retry_rule="HLT-002"
+        )
         self.failed = True
         self.history.append(f"fail_once({mode!r})")
         self.model.fail_once()
@@ -829,7 +838,10 @@ def diagnose(
         return "BUD-003", f"{len(inner['recent_turns'])} recent turns, full_zone_turns={window}"
     seen = "degraded" if health in _DEGRADED_FAMILY else health
     if seen != model.health:
-        return step.health_rule, f"health is {health!r} after {step.name}; the spec: {model.health}"
+        rule = step.health_rule
+        if step.retry_rule and health == "retry" and model.health == "degraded":
+            rule = step.retry_rule
+        return rule, f"health is {health!r} after {step.name}; the spec: {model.health}"
     spec = model.view()["conversation_memory"]
     if inner == spec:
         return None
