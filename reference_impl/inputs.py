@@ -349,18 +349,17 @@ def _check_turn(turn: Any) -> None:
         check_json(turn.artifacts_shown, "ConversationTurn.artifacts_shown")
 
 
-def check_turn_id(turn_id: Any) -> None:
+def check_turn_id(turn_id: Any, name: str = "ConversationTurn.turn_id") -> None:
     """Raise ``TypeError`` unless ``turn_id`` is ``None`` or a usable id: a non-empty
-    string of valid Unicode, at most :data:`MAX_TURN_ID` characters."""
+    string of valid Unicode, at most :data:`MAX_TURN_ID` characters. ``name`` is what
+    the message calls it."""
     if turn_id is None:
         return
     if not isinstance(turn_id, str) or not turn_id or len(turn_id) > MAX_TURN_ID:
-        raise TypeError(
-            f"ConversationTurn.turn_id must be None or a str of 1 to {MAX_TURN_ID} characters"
-        )
+        raise TypeError(f"{name} must be None or a str of 1 to {MAX_TURN_ID} characters")
     problem = text_problem(turn_id)
     if problem is not None:
-        raise TypeError(f"ConversationTurn.turn_id: {problem}")
+        raise TypeError(f"{name}: {problem}")
 
 
 def _check_texts(value: Any, where: str) -> None:

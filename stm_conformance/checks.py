@@ -27,9 +27,11 @@ from .model import render_turn
 
 __all__ = [
     "EITHER_STRATEGY",
+    "HIDING_BUDGET",
     "canonical_json",
     "config",
     "eventually",
+    "hide_every_pending_turn",
     "memory_view",
     "patient",
     "returns_within",
@@ -95,6 +97,23 @@ def config(
         summarizer_timeout_s=summarizer_timeout_s,
         **extra,
     )
+
+
+#: ``config`` options under which :func:`hide_every_pending_turn` leaves its pending turns
+#: out of the view: a window of 1 and a budget the newest turn nearly fills.
+HIDING_BUDGET: dict[str, int] = {
+    "full_zone_turns": 1,
+    "total_max_tokens": 70,
+    "summary_max_tokens": 20,
+}
+
+
+async def hide_every_pending_turn(memory: Any) -> None:
+    """Add u0 and u1, evicted to pending, then u2, so long that recent leaves the budget
+    (:data:`HIDING_BUDGET`) no room to show them: pending, and all hidden (BUD-004)."""
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await memory.add_turn(turn(2, pad=180))
 
 
 async def memory_view(memory: Any) -> dict[str, Any]:

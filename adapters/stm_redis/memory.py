@@ -42,7 +42,7 @@ from reference_impl.budget import Budget
 from reference_impl.callbacks import CallbackQueue
 from reference_impl.entries import Entry, MemoryState, render_view
 from reference_impl.health import HealthMachine, Transition
-from reference_impl.inputs import MAX_TURN_ID, check_turn, text_problem
+from reference_impl.inputs import check_turn, check_turn_id
 from reference_impl.memory import call_summarizer, saved_for
 
 from . import scripts, state_json
@@ -250,7 +250,7 @@ class RedisShortTermMemory:
         if self._closed:
             raise RuntimeError("add_turn on a closed memory")
         check_turn(turn)
-        _check_turn_id(turn_id)
+        check_turn_id(turn_id, "turn_id")
         if self._config.strategy == "none":
             return
         tid = turn_id if turn_id is not None else turn.turn_id
@@ -368,7 +368,7 @@ class RedisShortTermMemory:
         """Whether a turn with this id was recorded (among the newest ``turn_ids_kept``)."""
         if turn_id is None:
             raise TypeError("turn_id must be a str")
-        _check_turn_id(turn_id)
+        check_turn_id(turn_id, "turn_id")
         try:
             score = await self._client.zscore(self._keys.ids, turn_id)
         except _UNAVAILABLE as exc:
@@ -1073,18 +1073,6 @@ class RedisShortTermMemory:
             return self._budget.refuse_summary(state, batch, summary)
         except Exception as exc:
             return f"token estimator raised {type(exc).__name__} on the summary: {exc}"
-
-
-def _check_turn_id(turn_id: Any) -> None:
-    """``add_turn``'s ``turn_id``: as ``ConversationTurn.turn_id``, a non-empty string of
-    valid Unicode, at most ``MAX_TURN_ID`` characters (it is stored with every retry)."""
-    if turn_id is None:
-        return
-    if not isinstance(turn_id, str) or not turn_id or len(turn_id) > MAX_TURN_ID:
-        raise TypeError(f"turn_id must be a str of 1 to {MAX_TURN_ID} characters")
-    problem = text_problem(turn_id)
-    if problem is not None:
-        raise TypeError(f"turn_id: {problem}")
 
 
 def _begin(now: float) -> Callable[[MemoryState], tuple[None, str, Transition]]:

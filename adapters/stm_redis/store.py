@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -143,7 +144,7 @@ def _text(value: Any) -> str:
 
 def _revision(key: str, raw: Any) -> int:
     """A record's stored ``rev`` field; ``CorruptStateError`` unless it is an integer."""
-    try:
-        return int(_text(raw)) if raw is not None else int("missing")
-    except ValueError as exc:  # UnicodeDecodeError included
-        raise CorruptStateError(f"stored revision {raw!r} is not an integer", key=key) from exc
+    if raw is not None:
+        with contextlib.suppress(ValueError):  # UnicodeDecodeError included
+            return int(_text(raw))
+    raise CorruptStateError(f"stored revision {raw!r} is not an integer", key=key)

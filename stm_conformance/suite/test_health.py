@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from typing import Any
 
 import anyio
 import pytest
@@ -20,6 +21,17 @@ scenario = pytest.mark.stm_scenario
 INVALID_MODES = [
     "raise", "not_mapping", "no_summary", "non_string", "oversize", "attribute", "hang",
 ]  # fmt: skip
+
+
+async def _degrade(memory: Any, summarizer: ScriptedSummarizer) -> None:
+    """Every call fails; u0 is evicted (a window of 1) and sent: with ``retry_attempts=0``
+    the memory degrades after that one call."""
+    summarizer.fail_always("raise")
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await eventually(
+        lambda: memory.health.value == "degraded", what="HLT-004: DEGRADED (precondition)"
+    )
 
 
 @req("HLT-001")
@@ -304,12 +316,7 @@ async def test_recovery_is_rate_limited_and_returns_to_healthy(
         **(recording_callbacks.config_kwargs() if callbacks else {}),
     )
     memory = await make_memory(cfg, summarizer=scripted_summarizer)
-    scripted_summarizer.fail_always("raise")
-    await memory.add_turn(turn(0))
-    await memory.add_turn(turn(1))
-    await eventually(
-        lambda: memory.health.value == "degraded", what="HLT-004: DEGRADED (precondition)"
-    )
+    await _degrade(memory, scripted_summarizer)
     started = time.monotonic()
     await anyio.sleep(interval * 6)
     attempts = len(scripted_summarizer.calls) - 1
@@ -337,12 +344,7 @@ async def test_reloading_a_degraded_state_brings_no_recovery_sooner(
     interval = 0.3
     cfg = config(full_zone_turns=1, retry_attempts=0, degraded_retry_interval_s=interval)
     memory = await make_memory(cfg, summarizer=scripted_summarizer)
-    scripted_summarizer.fail_always("raise")
-    await memory.add_turn(turn(0))
-    await memory.add_turn(turn(1))
-    await eventually(
-        lambda: memory.health.value == "degraded", what="HLT-004: DEGRADED (precondition)"
-    )
+    await _degrade(memory, scripted_summarizer)
     started = time.monotonic()
     for _ in range(10):
         memory.from_dict(json.loads(json.dumps(memory.to_dict())))

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from stm_conformance.checks import canonical_json, config, memory_view, turn, turn_json, users
+from stm_conformance.checks import (
+    HIDING_BUDGET,
+    canonical_json,
+    config,
+    hide_every_pending_turn,
+    memory_view,
+    turn,
+    turn_json,
+    users,
+)
 from stm_conformance.contract import default_token_estimator
 
 req = pytest.mark.stm_requirement
@@ -60,12 +69,9 @@ async def test_no_pending_key_when_the_budget_hides_every_pending_turn(
 ):
     """``pending_turns`` is present only when a pending turn is visible: with turns pending
     but all hidden by the budget, the view has no such key (not an empty list)."""
-    cfg = config(full_zone_turns=1, total_max_tokens=70, summary_max_tokens=20)
-    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    memory = await make_memory(config(**HIDING_BUDGET), summarizer=scripted_summarizer)
     scripted_summarizer.hold()
-    await memory.add_turn(turn(0))
-    await memory.add_turn(turn(1))
-    await memory.add_turn(turn(2, pad=180))  # recent leaves no room for a pending turn
+    await hide_every_pending_turn(memory)
     # u0 and u1 are pending (WM-002): every call is held, so no summary covers them.
     view = await memory_view(memory)
     assert set(view) == {"recent_turns"}, (

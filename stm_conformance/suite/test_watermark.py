@@ -11,8 +11,10 @@ import pytest
 
 from stm_conformance import ScriptedSummarizer
 from stm_conformance.checks import (
+    HIDING_BUDGET,
     config,
     eventually,
+    hide_every_pending_turn,
     memory_view,
     patient,
     returns_within,
@@ -285,12 +287,9 @@ async def test_flush_waits_for_pending_turns_the_budget_hides(make_memory):
     """Pending turns the budget hides from the view are pending all the same (WM-006):
     flush() waits until a summary covers them too."""
     summarizer = ScriptedSummarizer(max_chars=7)  # a summary always within the limits
-    cfg = config(full_zone_turns=1, total_max_tokens=70, summary_max_tokens=20)
-    memory = await make_memory(cfg, summarizer=summarizer)
+    memory = await make_memory(config(**HIDING_BUDGET), summarizer=summarizer)
     summarizer.hold()
-    await memory.add_turn(turn(0))
-    await memory.add_turn(turn(1))
-    await memory.add_turn(turn(2, pad=180))  # recent leaves no room for a pending turn
+    await hide_every_pending_turn(memory)
     await eventually(
         lambda: len(summarizer.calls) >= 1,
         what="WM-006: no summarizer call started for u0 and u1, evicted and hidden by the "

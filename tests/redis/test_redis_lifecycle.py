@@ -28,7 +28,7 @@ def _recent(view: Any) -> list[str]:
     return users(view["conversation_memory"]["recent_turns"])
 
 
-async def _raw(fake_server: Any) -> fakeredis.FakeAsyncRedis:
+def _raw(fake_server: Any) -> fakeredis.FakeAsyncRedis:
     return fakeredis.FakeAsyncRedis(server=fake_server)
 
 
@@ -38,7 +38,7 @@ async def test_an_expired_session_is_seen_as_gone_by_an_instance_that_read_it(
     old, cfg = fake_memories(config("truncation")), config("truncation")
     for i in range(3):
         await old.add_turn(turn(i))
-    client = await _raw(fake_server)
+    client = _raw(fake_server)
     await client.delete(*old._keys.all())  # what the sliding TTL does to an idle session
     assert _recent(await old.get_llm_context()) == []
     await old.add_turn(turn(9))
@@ -162,7 +162,7 @@ async def test_a_worker_whose_lease_ran_out_starts_no_call(
 ) -> None:
     """Its renewals fail past the lease's life: the call it runs may finish (its outcome
     is fenced), but the next one starts only under a lease taken anew."""
-    client = await _raw(fake_server)
+    client = _raw(fake_server)
     starts: list[bytes | None] = []
 
     async def summarize(payload: Any) -> Any:
@@ -195,7 +195,7 @@ async def test_clear_moves_the_fencing_counter_on(
 ) -> None:
     memory = fake_memories(config("truncation"))
     await memory.add_turn(turn(0))
-    client = await _raw(fake_server)
+    client = _raw(fake_server)
     before = await client.hmget(memory.redis_key, ["rev", "fence", "epoch"])
     await memory.clear()
     after = await client.hmget(memory.redis_key, ["rev", "fence", "epoch"])
@@ -209,7 +209,7 @@ async def test_a_corrupt_counter_is_a_typed_error_and_nothing_is_written(
 ) -> None:
     memory = fake_memories(config(full_zone_turns=1), summarizer=ScriptedSummarizer())
     await memory.add_turn(turn(0))
-    client = await _raw(fake_server)
+    client = _raw(fake_server)
     await client.hset(memory.redis_key, field, "x")
     doc = await client.hget(memory.redis_key, "doc")
     with pytest.raises(RedisMemoryError) as caught:
@@ -239,7 +239,7 @@ async def test_a_wrong_type_under_the_turn_ids_is_a_typed_error(
     fake_memories: MemoryFactory, fake_server: Any
 ) -> None:
     memory = fake_memories(config("truncation"))
-    client = await _raw(fake_server)
+    client = _raw(fake_server)
     await client.set(memory._keys.ids, "not a set")
     with pytest.raises(RedisMemoryError):
         await memory.turn_recorded("t")
@@ -254,7 +254,7 @@ async def test_a_wrong_type_under_the_turn_ids_is_a_typed_error(
 async def test_the_state_store_reports_a_corrupt_record(
     fake_server: Any, rev: str | None, state: str | bytes
 ) -> None:
-    client = await _raw(fake_server)
+    client = _raw(fake_server)
     store = RedisStateStore(client, namespace="corrupt")
     mapping: dict[str, str | bytes] = {"state": state}
     if rev is not None:
