@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import random
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,26 @@ async def add(memory: RedisShortTermMemory, turn: ConversationTurn, turn_id: str
     raise RuntimeError(f"turn {turn_id} could not be added")
 
 
+def dump(memories: dict[int, RedisShortTermMemory]) -> None:
+    """On SIGUSR1 (sent by a test about to give up on this process): print what every task
+    awaits and each memory's state to stderr, so a hang shows its cause."""
+    out = sys.stderr
+    for task in asyncio.all_tasks():
+        print(f"--- task {task.get_name()}: {task!r}", file=out)
+        task.print_stack(file=out)
+    for s, memory in memories.items():
+        state, snap = memory.to_dict(), memory._snap
+        print(
+            f"--- memory s{s}: health={state['health']} pending={len(state['pending'])} "
+            f"turns={len(state['turns'])} backlog={len(state['backlog'])} "
+            f"rev/fence/epoch={snap and (snap.rev, snap.fence, snap.epoch)} "
+            f"worker={memory._worker!r} handoff={memory._handoff is not None} "
+            f"outcomes={len(memory._outcomes)} closed={memory._closed}",
+            file=out,
+        )
+    out.flush()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", required=True)
@@ -90,6 +111,7 @@ async def main() -> None:
         )
         for s in range(args.sessions)
     }
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump, memories)
     order = [(s, i) for i in range(args.turns) for s in range(args.sessions)]
     for s, i in order:
         turn_id = f"p{args.proc}-{i}"

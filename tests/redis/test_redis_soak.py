@@ -50,12 +50,35 @@ def _spawn(server: RedisServer, namespace: str, proc: int, log: Path, *extra: st
 
 
 def _wait(processes: list[Any], timeout: float) -> list[str]:
+    """Every process's output once all have ended well; a post-mortem if they have not
+    all ended ``timeout`` seconds from now."""
+    deadline = time.monotonic() + timeout
     outs = []
     for process in processes:
-        out, err = process.communicate(timeout=timeout)
+        try:
+            out, err = process.communicate(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            break
         assert process.returncode == 0, err[-3000:]
         outs.append(out)
-    return outs
+    else:
+        return outs
+    pytest.fail(_post_mortem(processes, timeout), pytrace=False)
+
+
+def _post_mortem(processes: list[Any], timeout: float) -> str:
+    """Ask every process still running what it waits on (``soak_worker.dump``), then kill it."""
+    alive = [p for p in processes if p.poll() is None]
+    for process in alive:
+        process.send_signal(signal.SIGUSR1)
+    time.sleep(2)
+    lines = [f"{len(alive)} of {len(processes)} processes still running after {timeout:.0f}s"]
+    for n, process in enumerate(processes):
+        if process in alive:
+            process.kill()
+        _, err = process.communicate()
+        lines.append(f"=== process {n} ({'hung' if process in alive else 'ended'}):\n{err[-8000:]}")
+    return "\n".join(lines)
 
 
 async def _final_state(server: RedisServer, namespace: str, session: str) -> dict[str, Any]:
@@ -114,7 +137,7 @@ async def test_eight_processes_on_one_session(redis_server: RedisServer, tmp_pat
         _spawn(redis_server, namespace, p, log, f"--turns={turns}", "--slow=0.02", "--fail=0.2")
         for p in range(PROCS)
     ]
-    _wait(processes, timeout=600)
+    _wait(processes, timeout=240)
     elapsed = time.monotonic() - started
     state = await _final_state(redis_server, namespace, "s0")
     expected = {f"p{p}-{i}" for p in range(PROCS) for i in range(turns)}
