@@ -60,6 +60,8 @@ DEFAULT_LEASE_TTL_S = 5.0
 
 SummarizerFn = Callable[[Mapping[str, Any]], Awaitable[Mapping[str, Any]]]
 _T = TypeVar("_T")
+#: A summarizer outcome not yet written: its number (in this instance) and the change.
+_Outcome = tuple[int, Callable[[MemoryState], Any]]
 
 _READ = scripts.Lua.of(scripts.READ)
 _COMMIT = scripts.Lua.of(scripts.COMMIT)
@@ -83,6 +85,10 @@ class _Snapshot:
     fence: int
     epoch: int
     state: MemoryState
+    #: The last summarizer outcome written into this state, ``"<owner>#<n>"`` (``""``:
+    #: none yet). Carried by every write, so a snapshot read before the reply of an
+    #: outcome's write shows whether it holds that outcome already (:meth:`_state`).
+    outcome: str = ""
 
 
 def _fields(reply: Any) -> Any:
@@ -183,14 +189,16 @@ class RedisShortTermMemory:
         self._snap: _Snapshot | None = None
         #: The JSON text of each stored turn, by ``id(entry)`` (see :meth:`_turn_text`).
         self._turn_texts: dict[int, tuple[Entry, str]] = {}
-        #: A summarizer outcome being written: the synchronous accessors show it applied to
-        #: the newest state meanwhile (cached per revision), as the reference shows an
-        #: installed summary at once. Never the base of a write.
-        self._outcomes: list[Callable[[MemoryState], Any]] = []
+        #: Summarizer outcomes being written, numbered in the order they happened: the
+        #: synchronous accessors show them applied to the newest state meanwhile (cached
+        #: per revision), as the reference shows an installed summary at once, except
+        #: those that state holds already. Never the base of a write.
+        self._outcomes: list[_Outcome] = []
+        self._outcome_count = 0
         #: How many times ``from_dict`` replaced the state: a call in flight across a
         #: replacement belongs to the replaced state, and its outcome is dropped (WM-004).
         self._replacements = 0
-        self._shown: tuple[str, int, MemoryState] | None = None
+        self._shown: tuple[str, tuple[int, ...], MemoryState] | None = None
         self._pending_doc: str | None = None
         #: The id of the replacement in ``_pending_doc``: a retry after a lost reply finds
         #: it written already, and does not overwrite what came after it.
@@ -464,17 +472,30 @@ class RedisShortTermMemory:
         if not outcomes or snap is None:
             return base
         shown = self._shown
-        if shown is None or shown[0] != snap.rev or shown[1] != len(outcomes):
+        numbers = tuple(n for n, _ in outcomes)
+        if shown is None or shown[0] != snap.rev or shown[1] != numbers:
+            # A state read after an outcome's write landed, and before its reply came,
+            # holds that outcome already: applied again, a failure would count twice.
+            held = self._outcome_in(snap)
             try:
                 state = snap.state.copy()
-                for outcome in outcomes:
-                    outcome(state)
+                for n, outcome in outcomes:
+                    if n > held:
+                        outcome(state)
             except (_Stale, RedisMemoryError):
                 return base
-            shown = self._shown = (snap.rev, len(outcomes), state)
+            shown = self._shown = (snap.rev, numbers, state)
         return shown[2]
 
-    def _encode(self, state: MemoryState) -> str:
+    def _outcome_mark(self, n: int) -> str:
+        return f"{self._owner}#{n}"
+
+    def _outcome_in(self, snap: _Snapshot) -> int:
+        """The number of this instance's last outcome ``snap`` holds (0: none)."""
+        owner, _, n = snap.outcome.rpartition("#")
+        return int(n) if owner == self._owner and n.isdigit() else 0
+
+    def _encode(self, state: MemoryState, outcome: str = "") -> str:
         body = state_json.dump_json(
             state, self._config, self._turn_text, config_text=self._config_text
         )
@@ -484,7 +505,8 @@ class RedisShortTermMemory:
         if len(texts) > 2 * (len(state.recent) + len(state.pending) + len(state.backlog)) + 64:
             live = {id(e) for part in (state.recent, state.pending, state.backlog) for e in part}
             self._turn_texts = {k: v for k, v in texts.items() if k in live}
-        return f'{{"stored":{stored},"not_before":{not_before},"state":{body}}}'
+        mark = f'"outcome":{json.dumps(outcome)},' if outcome else ""
+        return f'{{"stored":{stored},"not_before":{not_before},{mark}"state":{body}}}'
 
     def _turn_text(self, entry: Entry) -> str:
         """The JSON text of a stored turn, made once per entry (entries never change)."""
@@ -495,20 +517,24 @@ class RedisShortTermMemory:
         self._turn_texts[id(entry)] = (entry, text)
         return text
 
-    def _decode(self, doc: str) -> MemoryState:
+    def _decode(self, doc: str) -> tuple[MemoryState, str]:
+        """The state in ``doc`` and the mark of the last outcome written into it."""
         if not doc:
-            return self._empty()
+            return self._empty(), ""
         try:
             envelope = json.loads(doc)
             state = schema.load(envelope["state"], self._config, self._budget, self._key)
             state.stored = bool(envelope.get("stored", False))
             state.health.not_before = float(envelope.get("not_before", 0.0))
+            outcome = envelope.get("outcome", "")
+            if not isinstance(outcome, str):
+                raise TypeError(f"outcome must be a string, not {type(outcome).__name__}")
         except Exception as exc:
             raise RedisMemoryError(
                 f"stored state cannot be loaded: {type(exc).__name__}: {exc}",
                 key=self._keys.state,
             ) from exc
-        return state
+        return state, outcome
 
     def _snapshot(self, reply: Any) -> _Snapshot:
         """A snapshot from a ``{status, rev, fence, epoch, nb, doc}`` reply."""
@@ -521,7 +547,8 @@ class RedisShortTermMemory:
                 f"stored state hash is corrupt: {type(exc).__name__}: {exc}",
                 key=self._keys.state,
             ) from exc
-        return _Snapshot(rev=rev, fence=fence, epoch=epoch, state=self._decode(doc))
+        state, outcome = self._decode(doc)
+        return _Snapshot(rev=rev, fence=fence, epoch=epoch, state=state, outcome=outcome)
 
     def _adopt(self, snap: _Snapshot) -> None:
         """Keep the newest snapshot; a pending ``from_dict`` stays visible until written.
@@ -594,7 +621,7 @@ class RedisShortTermMemory:
         fence: int | None = None,
         epoch: int | None = None,
         lease_if: Callable[[MemoryState], bool] | None = None,
-        optimistic: bool = False,
+        outcome: int = 0,
     ) -> tuple[str, _T | None, _Snapshot | None]:
         """:meth:`_write`, one at a time per instance."""
         async with self._write_lock:
@@ -604,7 +631,7 @@ class RedisShortTermMemory:
                 fence=fence,
                 epoch=epoch,
                 lease_if=lease_if,
-                optimistic=optimistic,
+                outcome=outcome,
             )
 
     async def _write(
@@ -615,7 +642,7 @@ class RedisShortTermMemory:
         fence: int | None = None,
         epoch: int | None = None,
         lease_if: Callable[[MemoryState], bool] | None = None,
-        optimistic: bool = False,
+        outcome: int = 0,
     ) -> tuple[str, _T | None, _Snapshot | None]:
         """Apply ``apply`` to the latest state and compare-and-set it, retrying on conflict.
 
@@ -623,9 +650,9 @@ class RedisShortTermMemory:
         ``("ok", result, snapshot written)``, or ``("dup" | "fenced" | "stale", None, None)``
         when the turn id was recorded already, another worker holds the lease, or the epoch moved.
         When ``lease_if(state)`` holds, the same script takes the summarizer lease if it is
-        free and hands it to this instance's worker. With ``optimistic``, ``apply`` is a
-        summarizer outcome the synchronous accessors already show (``self._outcomes``);
-        once written it is dropped from there in the same step.
+        free and hands it to this instance's worker. A nonzero ``outcome`` is the number of
+        the summarizer outcome ``apply`` is, which the synchronous accessors already show
+        (``self._outcomes``); once written it is dropped from there in the same step.
         """
         fresh = self._snap is None or self._pending_doc is not None
         if fresh:
@@ -645,7 +672,8 @@ class RedisShortTermMemory:
                 # since (a summary, clear()). Judge the state as it is now.
                 snap, fresh = await self._refresh_for(turn_id), True
                 continue
-            doc = self._encode(state)
+            mark = self._outcome_mark(outcome) if outcome else snap.outcome
+            doc = self._encode(state, mark)
             args = self._commit_args(
                 doc,
                 state,
@@ -658,15 +686,16 @@ class RedisShortTermMemory:
             reply = _fields(await self._script(_COMMIT, args, turn_id=turn_id))
             status = _text(reply[0])
             if status == "ok":
-                if optimistic and apply in self._outcomes:
+                if outcome and (outcome, apply) in self._outcomes:
                     # Written: no longer shown on top of the state (same step as adopting).
-                    self._outcomes.remove(apply)
+                    self._outcomes.remove((outcome, apply))
                     self._shown = None
                 committed = _Snapshot(
                     rev=_text(reply[1]),
                     fence=int(_text(reply[2])),
                     epoch=int(_text(reply[3])),
                     state=state,
+                    outcome=mark,
                 )
                 self._adopt(committed)
                 if _text(reply[4]) == "1":
@@ -920,10 +949,16 @@ class RedisShortTermMemory:
         writing: asyncio.Task[bool] | None = None
         batch: watermark.Batch | None = None
 
-        def write(apply: Callable[[MemoryState], Any], summary: str | None) -> asyncio.Task[bool]:
-            self._outcomes.append(apply)
+        def numbered(apply: Callable[[MemoryState], Any]) -> _Outcome:
+            """``apply`` numbered and shown on top of the state until written."""
+            self._outcome_count += 1
+            outcome = (self._outcome_count, apply)
+            self._outcomes.append(outcome)
             self._shown = None
-            task = loop.create_task(self._write_outcome(apply, summary, fence, epoch))
+            return outcome
+
+        def write(outcome: _Outcome, summary: str | None) -> asyncio.Task[bool]:
+            task = loop.create_task(self._write_outcome(outcome, summary, fence, epoch))
             task.add_done_callback(lambda _: self._notify())
             return task
 
@@ -951,20 +986,19 @@ class RedisShortTermMemory:
                         continue
                     if shown.health.state is not MemoryHealth.DEGRADED or lease_lost():
                         break
-                    writing = write(_begin(time.time()), None)  # RECOVERING, shown at once
+                    writing = write(
+                        numbered(_begin(time.time())), None
+                    )  # RECOVERING, shown at once
                     continue
                 if lease_lost():
                     break
                 summary, error = await self._call(batch)
                 if self._replacements != replacements:
                     return  # from_dict replaced the state during the call (WM-004)
-                finish = self._finish(batch, summary, error)
+                finish = numbered(self._finish(batch, summary, error))
                 batch = None
-                self._outcomes.append(finish)
-                self._shown = None
                 if writing is not None and not await writing:
                     return
-                self._outcomes.remove(finish)
                 writing = write(finish, summary)
             if writing is not None:
                 await writing
@@ -1020,22 +1054,21 @@ class RedisShortTermMemory:
 
     async def _write_outcome(
         self,
-        finish: Callable[[MemoryState], tuple[str | None, str, Transition]],
+        outcome: _Outcome,
         summary: str | None,
         fence: int,
         epoch: int,
     ) -> bool:
-        """Write one outcome, fenced; whether it was written."""
+        """Write one numbered outcome, fenced; whether it was written."""
+        number, finish = outcome
         try:
-            status, outcome, _ = await self._commit(
-                finish, fence=fence, epoch=epoch, optimistic=True
-            )
+            status, result, _ = await self._commit(finish, fence=fence, epoch=epoch, outcome=number)
         except _Stale:
-            status, outcome = "stale", None
-        if status != "ok" or outcome is None:
+            status, result = "stale", None
+        if status != "ok" or result is None:
             logger.info("summarizer outcome discarded (%s): %s", status, self._keys.state)
             return False
-        reason, old, change = outcome
+        reason, old, change = result
         if reason is None and summary is not None:
             self._on_summary.emit(old, summary)
         elif reason is not None:

@@ -307,3 +307,39 @@ async def test_the_worker_backoff_survives_a_long_outage(fake_memories: MemoryFa
     del memory._sleep
     await asyncio.wait_for(memory.flush(), 5)
     assert not memory.to_dict()["pending"]
+
+
+def _late_outcome_replies(memory: RedisShortTermMemory) -> None:
+    """The reply of every summarizer outcome's write comes 30 ms after the write landed:
+    reads meanwhile see the state with the outcome in it (on a real server, a read on
+    another connection can overtake a write's reply)."""
+    real = memory._script
+
+    async def late(lua: Any, args: Any, **kwargs: Any) -> Any:
+        reply = await real(lua, args, **kwargs)
+        if lua is stm_memory._COMMIT and kwargs.get("turn_id") is None:
+            await asyncio.sleep(0.03)
+        return reply
+
+    memory._script = late  # type: ignore[method-assign]
+
+
+async def test_a_failure_read_back_before_its_reply_is_counted_once(
+    fake_memories: MemoryFactory,
+) -> None:
+    """HLT-004 through the synchronous accessors: DEGRADED shows after the first attempt
+    and ``retry_attempts`` retries, never after fewer."""
+    summarizer = ScriptedSummarizer()
+    summarizer.fail_always()
+    cfg = config(full_zone_turns=1, retry_attempts=2, retry_backoff_base_s=0.05)
+    memory = fake_memories(cfg, summarizer=summarizer)
+    _late_outcome_replies(memory)
+    for i in range(3):
+        await memory.add_turn(turn(i))
+    seen = []
+    while memory.health.value != "degraded" and len(seen) < 400:
+        await memory.get_llm_context()  # adopts the newest state, outcome writes included
+        seen.append((len(summarizer.calls), memory.health.value))
+        await asyncio.sleep(0.005)
+    assert memory.health.value == "degraded"
+    assert len(summarizer.calls) == 3, f"(calls, health) as read: {seen}"
