@@ -986,9 +986,8 @@ class RedisShortTermMemory:
                         continue
                     if shown.health.state is not MemoryHealth.DEGRADED or lease_lost():
                         break
-                    writing = write(
-                        numbered(_begin(time.time())), None
-                    )  # RECOVERING, shown at once
+                    # RECOVERING, shown at once
+                    writing = write(numbered(_begin(time.time())), None)
                     continue
                 if lease_lost():
                     break
