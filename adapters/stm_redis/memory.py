@@ -208,6 +208,9 @@ class RedisShortTermMemory:
         self._write_lock = asyncio.Lock()
         self._replace_task: asyncio.Task[None] | None = None
         self._worker: asyncio.Task[None] | None = None
+        #: What ended the last worker, if it crashed (a bug): ``flush()`` raises it rather
+        #: than wait for work nobody does.
+        self._crash: BaseException | None = None
         #: A lease taken by ``add_turn``'s own script, for the worker to use at once.
         #: With its token and when it was asked for (``time.monotonic()``): the lease is
         #: sure to be held until ``lease_ttl_s`` after that.
@@ -305,6 +308,10 @@ class RedisShortTermMemory:
 
         The summarizer may run in another instance: this one re-reads the state every
         ``poll_interval_s`` while it waits.
+
+        Raises:
+            RuntimeError: this instance's summarizer worker crashed (a bug; it is logged),
+                rather than start it again and again. The next call starts a new worker.
         """
         if self._config.strategy != "rolling_summary" or self._closed:
             return
@@ -312,10 +319,13 @@ class RedisShortTermMemory:
         if not snap.state.pending:
             return
         target, epoch = snap.state.pending[-1].seq, snap.epoch
+        self._wake()  # a worker that crashed before this call starts afresh
         while not self._closed:
             state = snap.state
             if snap.epoch != epoch or state.summarized_through >= target or state.health.degraded:
                 return
+            if self._crash is not None:
+                raise RuntimeError("the summarizer worker crashed") from self._crash
             self._wake()
             changed = self._changed
             with contextlib.suppress(TimeoutError):
@@ -871,8 +881,16 @@ class RedisShortTermMemory:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
+        self._crash = None
         self._worker = loop.create_task(self._work(), name="stm-redis-summarizer")
-        self._worker.add_done_callback(_log_crash)
+        self._worker.add_done_callback(self._worker_ended)
+
+    def _worker_ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or (exc := task.exception()) is None:
+            return
+        logger.error("summarizer worker crashed", exc_info=exc)
+        self._crash = exc
+        self._notify()  # flush() waiters see it
 
     async def _sleep(self, delay: float) -> None:
         changed = self._changed
@@ -1116,8 +1134,3 @@ def _begin(now: float) -> Callable[[MemoryState], tuple[None, str, Transition]]:
         return None, latest.summary, latest.health.begin_recovery(now)
 
     return begin
-
-
-def _log_crash(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and (exc := task.exception()) is not None:
-        logger.error("summarizer worker crashed", exc_info=exc)

@@ -343,3 +343,27 @@ async def test_a_failure_read_back_before_its_reply_is_counted_once(
         await asyncio.sleep(0.005)
     assert memory.health.value == "degraded"
     assert len(summarizer.calls) == 3, f"(calls, health) as read: {seen}"
+
+
+async def test_flush_raises_when_the_worker_crashes_rather_than_wait_forever(
+    fake_memories: MemoryFactory,
+) -> None:
+    """As the reference's: a worker that crashes (a bug) makes ``flush()`` raise, instead
+    of starting it again every poll while nothing gets summarized; the next call starts a
+    worker afresh."""
+    summarizer = ScriptedSummarizer()
+    memory = fake_memories(config(full_zone_turns=1), summarizer=summarizer)
+    hold = memory._hold
+
+    async def broken(*args: Any) -> None:
+        raise ValueError("a bug")
+
+    memory._hold = broken  # type: ignore[method-assign]
+    for i in range(3):
+        await memory.add_turn(turn(i))
+    with pytest.raises(RuntimeError, match="crashed") as raised:
+        await asyncio.wait_for(memory.flush(), 5)
+    assert isinstance(raised.value.__cause__, ValueError)
+    memory._hold = hold  # type: ignore[method-assign]
+    await asyncio.wait_for(memory.flush(), 5)
+    assert memory.to_dict()["pending"] == [] and summarizer.calls
