@@ -383,10 +383,15 @@ class RedisShortTermMemory:
         self._notify()
 
     async def turn_recorded(self, turn_id: str) -> bool:
-        """Whether a turn with this id was recorded (among the newest ``turn_ids_kept``)."""
+        """Whether a turn with this id was recorded (among the newest ``turn_ids_kept``).
+
+        A state given to ``from_dict`` and not yet written is written first: its turn ids
+        replace those of the history it replaced.
+        """
         if turn_id is None:
             raise TypeError("turn_id must be a str")
         check_turn_id(turn_id, "turn_id")
+        await self._apply_replace()
         try:
             score = await self._client.zscore(self._keys.ids, turn_id)
         except _UNAVAILABLE as exc:

@@ -14,7 +14,7 @@ from redis import exceptions as redis_errors
 from stm_redis import RedisMemoryError, RedisShortTermMemory, RedisStateStore
 from stm_redis import memory as stm_memory
 
-from reference_impl import ConversationTurn, MemoryBudget, ShortTermMemoryConfig
+from reference_impl import ConversationTurn, MemoryBudget, MemoryKey, ShortTermMemoryConfig
 from reference_impl.store import CorruptStateError
 from stm_conformance import ScriptedSummarizer
 from stm_conformance.checks import config, turn, users
@@ -367,3 +367,23 @@ async def test_flush_raises_when_the_worker_crashes_rather_than_wait_forever(
     memory._hold = hold  # type: ignore[method-assign]
     await asyncio.wait_for(memory.flush(), 5)
     assert memory.to_dict()["pending"] == [] and summarizer.calls
+
+
+async def test_turn_recorded_answers_for_a_state_loaded_and_not_yet_written(
+    fake_memories: MemoryFactory, fake_server: Any
+) -> None:
+    """Without a sync client ``from_dict`` writes in the background; ``turn_recorded``
+    right after it answers for the loaded state's turns, not the replaced history's."""
+    memory = fake_memories(config("truncation", full_zone_turns=5), sync_client=None)
+    await memory.add_turn(turn(0), turn_id="old-turn")
+    other = RedisShortTermMemory(  # the same session, on another server
+        fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()),
+        config=config("truncation", full_zone_turns=5),
+        key=MemoryKey("t", "u", "s"),
+        owns_client=True,
+    )
+    await other.add_turn(ConversationTurn("u1", "a1", turn_id="new-turn"))
+    memory.from_dict(other.to_dict())
+    await other.aclose()
+    assert await memory.turn_recorded("new-turn")
+    assert not await memory.turn_recorded("old-turn")
