@@ -195,6 +195,10 @@ class RedisShortTermMemory:
         #: those that state holds already. Never the base of a write.
         self._outcomes: list[_Outcome] = []
         self._outcome_count = 0
+        #: The fence and epoch of the lease the outcomes were made under: a state with
+        #: others (the lease taken over, a ``clear()`` or ``from_dict`` elsewhere) will
+        #: refuse them, so they are not shown on it.
+        self._outcomes_for = (0, 0)
         #: How many times ``from_dict`` replaced the state: a call in flight across a
         #: replacement belongs to the replaced state, and its outcome is dropped (WM-004).
         self._replacements = 0
@@ -484,7 +488,7 @@ class RedisShortTermMemory:
     def _state(self) -> MemoryState:
         snap, outcomes = self._snap, self._outcomes
         base = snap.state if snap is not None else self._empty()
-        if not outcomes or snap is None:
+        if not outcomes or snap is None or (snap.fence, snap.epoch) != self._outcomes_for:
             return base
         shown = self._shown
         numbers = tuple(n for n, _ in outcomes)
@@ -959,6 +963,7 @@ class RedisShortTermMemory:
         waits are spent holding the lease, so the call starts as its timer fires.
         """
         fence, epoch = leased.fence, leased.epoch
+        self._outcomes_for = (fence, epoch)
         replacements = self._replacements
         loop = asyncio.get_running_loop()
         #: Until when the lease is sure to be held; a call starts only before then (one
@@ -1089,6 +1094,9 @@ class RedisShortTermMemory:
             status, result = "stale", None
         if status != "ok" or result is None:
             logger.info("summarizer outcome discarded (%s): %s", status, self._keys.state)
+            if outcome in self._outcomes:  # refused: no longer shown
+                self._outcomes.remove(outcome)
+                self._shown = None
             return False
         reason, old, change = result
         if reason is None and summary is not None:

@@ -387,3 +387,40 @@ async def test_turn_recorded_answers_for_a_state_loaded_and_not_yet_written(
     await other.aclose()
     assert await memory.turn_recorded("new-turn")
     assert not await memory.turn_recorded("old-turn")
+
+
+@pytest.mark.parametrize("replace", ["clear", "from_dict"])
+async def test_an_outcome_refused_after_another_instance_replaced_the_state_is_not_shown(
+    fake_memories: MemoryFactory, replace: str
+) -> None:
+    """WM-004: a call in flight when the state is replaced belongs to the replaced state.
+    Another instance clears or loads the session while this one's call runs: the call's
+    summary is refused, and this instance's view shows the new state as Redis holds it,
+    also while its next call runs."""
+    release, started = asyncio.Event(), asyncio.Event()
+    calls: list[list[str]] = []
+
+    async def summarize(payload: Any) -> Any:
+        calls.append([t["user"] for t in payload["turns"]])
+        if len(calls) == 1:
+            started.set()
+            await release.wait()
+            return {"summary": "OLD-CONVERSATION"}
+        await asyncio.sleep(1.0)  # the next call runs while the views are compared
+        return {"summary": "next"}
+
+    cfg = config(full_zone_turns=1)
+    a, b = fake_memories(cfg, summarizer=summarize), fake_memories(cfg, summarizer=summarize)
+    await a.add_turn(turn(0))
+    await a.add_turn(turn(1))  # u0 pending: a's first call starts and waits
+    await asyncio.wait_for(started.wait(), 5)
+    await a.add_turn(turn(2))  # work for a next call
+    if replace == "clear":
+        await b.clear()
+    else:
+        b.from_dict({**a.to_dict(), "turns": [], "pending": [], "summary": ""})
+    release.set()
+    await asyncio.sleep(0.3)
+    assert await a.get_llm_context() == await b.get_llm_context()
+    assert a.to_dict()["summary"] == b.to_dict()["summary"] == ""
+    assert a.estimate_tokens() == b.estimate_tokens()
