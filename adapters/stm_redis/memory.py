@@ -289,6 +289,11 @@ class RedisShortTermMemory:
             budget.enforce(state)
 
         status, _, written = await self._commit(admit, turn_id=tid, lease_if=self._wants_lease)
+        if self._closed:
+            # aclose() ran while the write was in flight: the turn is stored, but the
+            # callbacks are closed, and a lease the write took is nobody's to use.
+            await self._release_handoff()
+            return
         if status == "ok":
             self._on_turn.emit(turn)
         if self._handoff is not None or (
@@ -352,10 +357,7 @@ class RedisShortTermMemory:
         await asyncio.gather(*tasks, return_exceptions=True)
         for queue in (self._on_turn, self._on_summary, self._on_health):
             await queue.aclose()
-        handoff, self._handoff = self._handoff, None
-        if handoff is not None:
-            with contextlib.suppress(RedisMemoryError):
-                await self._script(_RELEASE, [handoff[1]])
+        await self._release_handoff()
         if self._pending_doc is not None:
             try:
                 await self._apply_replace()
@@ -366,6 +368,13 @@ class RedisShortTermMemory:
             if self._sync_client is not None:
                 self._sync_client.close()
         self._notify()
+
+    async def _release_handoff(self) -> None:
+        """Release a lease a write took for a worker that will not use it."""
+        handoff, self._handoff = self._handoff, None
+        if handoff is not None:
+            with contextlib.suppress(RedisMemoryError):
+                await self._script(_RELEASE, [handoff[1]])
 
     async def __aenter__(self) -> RedisShortTermMemory:
         return self

@@ -424,3 +424,40 @@ async def test_an_outcome_refused_after_another_instance_replaced_the_state_is_n
     assert await a.get_llm_context() == await b.get_llm_context()
     assert a.to_dict()["summary"] == b.to_dict()["summary"] == ""
     assert a.estimate_tokens() == b.estimate_tokens()
+
+
+async def test_an_add_turn_in_flight_across_aclose_leaves_no_task_and_no_lease(
+    fake_memories: MemoryFactory, fake_server: Any
+) -> None:
+    """CON-003: ``aclose()`` while an ``add_turn``'s write is on the wire. The turn is
+    stored, but no callback task starts on the closed memory, and a summarizer lease the
+    write took is released rather than left to expire under nobody."""
+    added: list[str] = []
+
+    async def on_turn_added(t: ConversationTurn) -> None:
+        added.append(t.user_message)
+
+    cfg = config(full_zone_turns=1, on_turn_added=on_turn_added)
+    memory = fake_memories(cfg, summarizer=ScriptedSummarizer())
+    await memory.add_turn(turn(0))
+    await asyncio.sleep(0.05)
+    real = memory._script
+
+    async def slow(lua: Any, args: Any, **kwargs: Any) -> Any:
+        if lua is stm_memory._COMMIT and kwargs.get("turn_id"):
+            await asyncio.sleep(0.05)  # network latency
+        return await real(lua, args, **kwargs)
+
+    memory._script = slow  # type: ignore[method-assign]
+    adding = asyncio.create_task(memory.add_turn(turn(1)))  # evicts u0: takes the lease
+    await asyncio.sleep(0.01)
+    await memory.aclose()
+    await adding
+    await asyncio.sleep(0.05)
+    assert added == ["u0"]
+    assert not [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("stm-")]
+    client = _raw(fake_server)
+    assert await client.get(memory._keys.lease) is None
+    reader = fake_memories(config(full_zone_turns=1), summarizer=ScriptedSummarizer())
+    assert _recent(await reader.get_llm_context()) == ["u1"]
+    await client.aclose()
