@@ -1028,6 +1028,14 @@ class RedisShortTermMemory:
                     continue
                 if lease_lost():
                     break
+                if held_until[0] - time.monotonic() < self._lease_s / 2:
+                    # Less than half the lease is left (the worker started long after it
+                    # was taken, or the loop was starved): renewed first, so that it
+                    # cannot run out under the call before a renewal comes.
+                    if not await self._renew_once(token, held_until):
+                        break
+                    batch = None  # looked at again: the state may have moved meanwhile
+                    continue
                 summary, error = await self._call(batch)
                 if self._replacements != replacements:
                     return  # from_dict replaced the state during the call (WM-004)
@@ -1116,20 +1124,29 @@ class RedisShortTermMemory:
         return True
 
     async def _renew(self, token: str, held_until: list[float]) -> None:
-        """Renew the lease every third of its lifetime, moving ``held_until`` on; ends
-        when the lease is found lost."""
+        """Renew the lease once a third of it is used (counted from when it was last
+        taken or renewed, however late this task starts), moving ``held_until`` on;
+        ends when the lease is found lost."""
         while True:
-            await asyncio.sleep(self._lease_s / 3)
-            asked = time.monotonic()
-            try:
-                held = await self._script(_RENEW, [token, self._lease_ms])
-            except RedisMemoryError as exc:
-                logger.warning("could not renew the summarizer lease: %s", exc)
-                continue
-            if not held:
-                logger.warning("summarizer lease lost: %s", self._keys.state)
+            due = held_until[0] - self._lease_s * 2 / 3 - time.monotonic()
+            await asyncio.sleep(max(due, self._lease_s / 10))
+            if await self._renew_once(token, held_until) is False:
                 return
-            held_until[0] = asked + self._lease_s
+
+    async def _renew_once(self, token: str, held_until: list[float]) -> bool | None:
+        """Renew the lease now: ``True`` when renewed (``held_until`` moves on), ``False``
+        when it is lost, ``None`` when Redis did not answer."""
+        asked = time.monotonic()
+        try:
+            held = await self._script(_RENEW, [token, self._lease_ms])
+        except RedisMemoryError as exc:
+            logger.warning("could not renew the summarizer lease: %s", exc)
+            return None
+        if not held:
+            logger.warning("summarizer lease lost: %s", self._keys.state)
+            return False
+        held_until[0] = asked + self._lease_s
+        return True
 
     async def _call(self, batch: watermark.Batch) -> tuple[str | None, str | None]:
         """Run one summarizer call; returns ``(summary, None)`` or ``(None, reason)``."""

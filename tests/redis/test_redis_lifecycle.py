@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -461,3 +462,34 @@ async def test_an_add_turn_in_flight_across_aclose_leaves_no_task_and_no_lease(
     reader = fake_memories(config(full_zone_turns=1), summarizer=ScriptedSummarizer())
     assert _recent(await reader.get_llm_context()) == ["u1"]
     await client.aclose()
+
+
+async def test_a_worker_starting_late_renews_its_lease_before_the_call(
+    fake_memories: MemoryFactory,
+) -> None:
+    """WM-004, at most one call in flight: ``add_turn``'s write takes the lease for this
+    instance's worker, and the loop is then held for most of the lease's life. The worker
+    renews the lease before it calls, so another instance cannot take it over and call
+    on the same turns while the first call runs."""
+    running: list[str] = []
+    most = [0]
+
+    def summarizer(name: str) -> Any:
+        async def summarize(payload: Any) -> Any:
+            running.append(name)
+            most[0] = max(most[0], len(running))
+            await asyncio.sleep(0.6)
+            running.remove(name)
+            return {"summary": f"by {name}"}
+
+        return summarize
+
+    cfg = config(full_zone_turns=1)
+    a = fake_memories(cfg, summarizer=summarizer("a"), lease_ttl_s=0.3, poll_interval_s=0.01)
+    b = fake_memories(cfg, summarizer=summarizer("b"), lease_ttl_s=0.3, poll_interval_s=0.01)
+    await a.add_turn(turn(0))
+    await a.add_turn(turn(1))  # u0 pending: this write takes the lease for a's worker
+    time.sleep(0.25)  # noqa: ASYNC251 - the application's own blocking work, or a starved loop
+    await asyncio.wait_for(b.flush(), 5)
+    await asyncio.sleep(0.7)
+    assert most[0] == 1
