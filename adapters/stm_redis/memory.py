@@ -681,12 +681,16 @@ class RedisShortTermMemory:
         free and hands it to this instance's worker. A nonzero ``outcome`` is the number of
         the summarizer outcome ``apply`` is, which the synchronous accessors already show
         (``self._outcomes``); once written it is dropped from there in the same step.
+
+        Every attempt carries the same write id: a command sent again after its reply was
+        lost (by redis-py's own retry, say) is recognised as written, not applied twice.
         """
         fresh = self._snap is None or self._pending_doc is not None
         if fresh:
             await self._refresh_for(turn_id)
         snap = self._snap
         assert snap is not None
+        wid = os.urandom(8).hex()
         for attempt in range(self._max_attempts):
             if epoch is not None and snap.epoch != epoch:
                 return "stale", None, None
@@ -702,32 +706,45 @@ class RedisShortTermMemory:
                 continue
             mark = self._outcome_mark(outcome) if outcome else snap.outcome
             doc = self._encode(state, mark)
+            lease = lease_if is not None and lease_if(state)
             args = self._commit_args(
                 doc,
                 state,
                 expected=snap.rev,
                 turn_id=turn_id,
                 fence=fence,
-                lease=lease_if is not None and lease_if(state),
+                lease=lease,
+                wid=wid,
             )
             asked = time.monotonic()
             reply = _fields(await self._script(_COMMIT, args, turn_id=turn_id))
             status = _text(reply[0])
-            if status == "ok":
+            if status == "ok" or status == "replayed":
                 if outcome and (outcome, apply) in self._outcomes:
                     # Written: no longer shown on top of the state (same step as adopting).
                     self._outcomes.remove((outcome, apply))
                     self._shown = None
-                committed = _Snapshot(
-                    rev=_text(reply[1]),
-                    fence=int(_text(reply[2])),
-                    epoch=int(_text(reply[3])),
-                    state=state,
-                    outcome=mark,
-                )
-                self._adopt(committed)
-                if _text(reply[4]) == "1":
-                    self._handoff = (committed, f"{self._owner}/{committed.fence}", asked)
+                if status == "ok":
+                    committed = _Snapshot(
+                        rev=_text(reply[1]),
+                        fence=int(_text(reply[2])),
+                        epoch=int(_text(reply[3])),
+                        state=state,
+                        outcome=mark,
+                    )
+                    self._adopt(committed)
+                    if _text(reply[4]) == "1":
+                        self._handoff = (committed, f"{self._owner}/{committed.fence}", asked)
+                else:
+                    # Written by this very write, whose reply was lost; the state may have
+                    # moved on since. A lease it took is this instance's if its token
+                    # still holds it.
+                    committed = self._snapshot(reply)
+                    self._adopt(committed)
+                    token = f"{self._owner}/{committed.fence}"
+                    with contextlib.suppress(RedisMemoryError):  # then it expires unused
+                        if lease and await self._script(_RENEW, [token, self._lease_ms]):
+                            self._handoff = (committed, token, asked)
                 self._notify()
                 return "ok", result, committed
             snap, fresh = self._snapshot(reply), True
@@ -798,7 +815,7 @@ class RedisShortTermMemory:
     def _replace_args(self, doc: str, state: MemoryState, rid: str) -> list[str]:
         """COMMIT arguments writing ``doc`` unconditionally as a new epoch, replacement
         ``rid``, with the turn ids the state holds (those of the replaced history go)."""
-        args = self._commit_args(doc, state, bump=rid, lease=self._wants_lease(state))
+        args = self._commit_args(doc, state, bump=rid, lease=self._wants_lease(state), wid=rid)
         for entry in (*state.pending, *state.recent, *state.backlog):
             if entry.turn.turn_id is not None:
                 args += (entry.turn.turn_id, str(entry.seq))
@@ -815,8 +832,10 @@ class RedisShortTermMemory:
         fence: int | None = None,
         bump: str = "",
         lease: bool = False,
+        wid: str,
     ) -> list[str]:
-        """The arguments of :data:`scripts.COMMIT` writing ``doc`` (the state ``state``)."""
+        """The arguments of :data:`scripts.COMMIT` writing ``doc`` (the state ``state``)
+        as the write with id ``wid``."""
         params = (
             expected,
             repr(state.health.not_before),
@@ -827,6 +846,7 @@ class RedisShortTermMemory:
             self._ids_kept,
             self._owner if lease else "-",
             self._lease_ms,
+            wid,
         )
         return [doc, turn_id or "", " ".join(params)]
 

@@ -12,7 +12,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-__all__ = ["ACQUIRE", "CLEAR", "COMMIT", "READ", "RELEASE", "RENEW", "Lua"]
+__all__ = ["ACQUIRE", "CLEAR", "COMMIT", "READ", "RELEASE", "RENEW", "WRITES_KEPT", "Lua"]
+
+#: How many of the newest writes of a session ``COMMIT`` knows by id: a write sent again
+#: is recognised while fewer than this many writes followed it.
+WRITES_KEPT = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,23 +86,30 @@ return state('state')
 #: string (fewer arguments: less work per call for the client), ``-`` standing for none:
 #: expected rev (``*``: any), nb, session ttl ms (0: none), the turn's seq, fence (``-``:
 #: not fenced), ``bump`` to start a new epoch (``-``: not), how many turn ids to keep,
-#: owner asking for the summarizer lease once written (``-``: none), lease ms. ``bump``
-#: is ``bump:<id>`` with the id of the replacement (``from_dict``, ``hydrate``); ARGV 4,
-#: 5, ... are then the turn ids the new state holds, each followed by its score: the ids
-#: of the replaced history go.
+#: owner asking for the summarizer lease once written (``-``: none), lease ms, the write's
+#: id. ``bump`` is ``bump:<id>`` with the id of the replacement (``from_dict``,
+#: ``hydrate``); ARGV 4, 5, ... are then the turn ids the new state holds, each followed
+#: by its score: the ids of the replaced history go.
 #: Replies ``'ok rev fence epoch leased'`` (``leased`` is ``1`` when the lease was free
 #: and is now the owner's, with token ``owner/fence``) or the state with status ``dup``
 #: (the turn id is recorded already), ``fenced`` (another worker took the lease),
-#: ``replayed`` (this replacement was written already: a retry after a lost reply) or
-#: ``conflict``.
+#: ``replayed`` (this write, or this replacement, was made already: the command was sent
+#: again after its reply was lost, by the caller or by the client library's own retry)
+#: or ``conflict``. The ids of the newest :data:`WRITES_KEPT` writes are kept (``writes``)
+#: for that.
 COMMIT = (
     _STATE
     + _COUNTERS
+    + f"local WRITES_KEPT = {WRITES_KEPT}\n"
     + """
 local a = {}
 for v in string.gmatch(ARGV[3], '%S+') do a[#a + 1] = v end
-local expected, nb, ttl, seq, fenced, bump, kept, owner, lease_ms =
-  a[1], a[2], tonumber(a[3]), a[4], a[5], a[6], tonumber(a[7]), a[8], a[9]
+local expected, nb, ttl, seq, fenced, bump, kept, owner, lease_ms, wid =
+  a[1], a[2], tonumber(a[3]), a[4], a[5], a[6], tonumber(a[7]), a[8], a[9], a[10]
+local writes = redis.call('HGET', KEYS[1], 'writes') or ''
+if string.find(' ' .. writes .. ' ', ' ' .. wid .. ' ', 1, true) then
+  return state('replayed')
+end
 local tid = ARGV[2]
 if tid ~= '' and redis.call('ZSCORE', KEYS[2], tid) then return state('dup') end
 local cur = redis.call('HMGET', KEYS[1], 'rev', 'fence', 'epoch')
@@ -122,7 +133,13 @@ if rid then
   redis.call('DEL', KEYS[2])
   for i = 4, #ARGV, 2 do redis.call('ZADD', KEYS[2], ARGV[i + 1], ARGV[i]) end
 end
-redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'nb', nb)
+local kept_writes, n = {wid}, 1
+for w in string.gmatch(writes, '%S+') do
+  if n >= WRITES_KEPT then break end
+  n = n + 1
+  kept_writes[n] = w
+end
+redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'nb', nb, 'writes', table.concat(kept_writes, ' '))
 if tid ~= '' then
   redis.call('ZADD', KEYS[2], seq, tid)
   redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(kept + 1))

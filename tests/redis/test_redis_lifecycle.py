@@ -493,3 +493,60 @@ async def test_a_worker_starting_late_renews_its_lease_before_the_call(
     await asyncio.wait_for(b.flush(), 5)
     await asyncio.sleep(0.7)
     assert most[0] == 1
+
+
+def _commits_sent_twice(memory: RedisShortTermMemory, which: Callable[[Any], bool]) -> None:
+    """Each ``COMMIT`` that ``which(args)`` picks runs, then runs again and the second
+    reply is the one returned: what redis-py's default retry does when a write landed
+    and its reply was lost (``Redis(...)`` retries a command on a connection error)."""
+    real = memory._client.execute_command
+
+    async def twice(*args: Any, **kwargs: Any) -> Any:
+        reply = await real(*args, **kwargs)
+        if args[:2] == (b"EVALSHA", stm_memory._COMMIT.sha) and which(args):
+            reply = await real(*args, **kwargs)
+        return reply
+
+    memory._client.execute_command = twice  # type: ignore[method-assign]
+
+
+async def test_a_summarizer_failure_sent_twice_by_the_client_counts_once(
+    fake_memories: MemoryFactory, fake_server: Any
+) -> None:
+    """HLT-004: with ``retry_attempts=1`` one failed call leaves the memory in RETRY."""
+    summarizer = ScriptedSummarizer()
+    summarizer.fail_always()
+    cfg = config(full_zone_turns=1, retry_attempts=1, retry_backoff_base_s=30.0)
+    memory = fake_memories(cfg, summarizer=summarizer)
+    _commits_sent_twice(memory, lambda args: args[7] == "")  # no turn id: an outcome
+    for i in range(2):
+        await memory.add_turn(turn(i))
+    await summarizer.wait_for_calls(1)
+    await asyncio.sleep(0.1)
+    reader = fake_memories(cfg, summarizer=ScriptedSummarizer())
+    await reader.get_llm_context()
+    stored = reader.to_dict()
+    assert (stored["health"], stored["failures"]) == ("retry", 1)
+    assert memory.health.value == "retry" and len(summarizer.calls) == 1
+
+
+async def test_an_add_turn_sent_twice_by_the_client_is_recorded_and_reported_once(
+    fake_memories: MemoryFactory,
+) -> None:
+    """The second copy finds the turn's id recorded: by this very write, which took the
+    summarizer lease too. The turn is reported (CB-001) and the lease used at once."""
+    added: list[str] = []
+
+    async def on_turn_added(t: ConversationTurn) -> None:
+        added.append(t.user_message)
+
+    summarizer = ScriptedSummarizer()
+    cfg = config(full_zone_turns=1, on_turn_added=on_turn_added)
+    memory = fake_memories(cfg, summarizer=summarizer)
+    _commits_sent_twice(memory, lambda args: args[7] != "")  # a turn's write
+    for i in range(2):
+        await memory.add_turn(turn(i))
+    await asyncio.wait_for(memory.flush(), 1)  # the lease is not left to expire (5 s)
+    await asyncio.sleep(0.05)
+    assert added == ["u0", "u1"]
+    assert _recent(await memory.get_llm_context()) == ["u1"] and len(summarizer.calls) == 1
