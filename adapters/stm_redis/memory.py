@@ -608,12 +608,21 @@ class RedisShortTermMemory:
         keys = self._key_bytes if keys is None else keys
         # ``execute_command`` directly: ``Script.__call__`` costs as much again per call.
         execute: Callable[..., Awaitable[Any]] = self._client.execute_command
+        task = asyncio.current_task()
+        cancels = task.cancelling() if task is not None else 0
         try:
             try:
-                return await execute(b"EVALSHA", lua.sha, len(keys), *keys, *args)
+                reply = await execute(b"EVALSHA", lua.sha, len(keys), *keys, *args)
             except redis_errors.NoScriptError:  # nothing ran: sending it whole is safe
                 self.round_trips += 1
-                return await execute(b"EVAL", lua.source, len(keys), *keys, *args)
+                reply = await execute(b"EVAL", lua.source, len(keys), *keys, *args)
+            # redis-py sends through ``asyncio.wait_for``, which on CPython < 3.12 swallows
+            # a cancellation that arrives as the send completes: the command then returns
+            # normally to a task that was cancelled. Cancelled is cancelled (a renewer that
+            # went on would renew its lease forever, and ``_hold`` would wait for it).
+            if task is not None and task.cancelling() > cancels:
+                raise asyncio.CancelledError
+            return reply
         except _UNAVAILABLE as exc:
             raise RedisUnavailableError(
                 f"Redis unavailable: {type(exc).__name__}: {exc}",
@@ -1147,7 +1156,8 @@ class RedisShortTermMemory:
         """Renew the lease once a third of it is used (counted from when it was last
         taken or renewed, however late this task starts), moving ``held_until`` on;
         ends when the lease is found lost."""
-        while True:
+        task = asyncio.current_task()
+        while task is None or not task.cancelling():  # a swallowed cancel still ends it
             due = held_until[0] - self._lease_s * 2 / 3 - time.monotonic()
             await asyncio.sleep(max(due, self._lease_s / 10))
             if await self._renew_once(token, held_until) is False:

@@ -1,13 +1,17 @@
-"""Faults on a real ``redis-server``: a restart mid-run and ``SCRIPT FLUSH``."""
+"""Faults on a real ``redis-server``: a restart mid-run, ``SCRIPT FLUSH``, and a
+cancellation that redis-py's socket send swallows."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 from stm_redis import RedisShortTermMemory, RedisUnavailableError
+from stm_redis import memory as stm_memory
 from stm_redis.server import RedisServer
 
 from stm_conformance import ScriptedSummarizer
@@ -62,3 +66,49 @@ async def test_script_flush_mid_run_changes_nothing(
     sent = [u for call in summarizer.calls for u in users(call["turns"])]
     assert sent == [f"u{i}" for i in range(8)]
     assert users(view["recent_turns"]) == ["u8", "u9"]
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2])
+async def test_a_cancellation_lost_in_the_client_still_ends_the_lease_renewals(
+    real_memories: MemoryFactory, steps: int
+) -> None:
+    """redis-py sends a command through ``asyncio.wait_for`` (its socket timeout), which
+    on CPython 3.11 swallows a cancellation arriving as the send completes. A worker that
+    ran out of work cancels its lease renewer: cancelled while a renewal is sent, the
+    renewer went on renewing forever, the worker waited for it, and no summarizer call
+    could run on the session again (every later ``flush()`` hung; WM-007). The outcome's
+    reply is held here until a renewal is on its way, ``steps`` loop steps more."""
+
+    async def summarize(payload: Any) -> Any:
+        await asyncio.sleep(0.01)
+        return {"summary": ",".join(t["user"] for t in payload["turns"])}
+
+    memory = real_memories(
+        config(full_zone_turns=1), summarizer=summarize, lease_ttl_s=0.3, poll_interval_s=0.01
+    )
+    renewing, armed = asyncio.Event(), [True]
+    real = memory._script
+
+    async def aligned(lua: Any, args: Any, **kwargs: Any) -> Any:
+        if lua is stm_memory._RENEW:
+            renewing.set()
+        outcome = lua is stm_memory._COMMIT and not kwargs.get("turn_id") and armed[0]
+        if outcome:
+            renewing.clear()
+        reply = await real(lua, args, **kwargs)
+        if outcome:
+            armed[0] = False
+            await renewing.wait()
+            for _ in range(steps):
+                await asyncio.sleep(0)
+        return reply
+
+    memory._script = aligned  # type: ignore[method-assign]
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await asyncio.wait_for(memory.flush(), 5)
+    await asyncio.sleep(0.5)  # the worker ran out of work and ended its hold
+    await memory.add_turn(turn(2))
+    await asyncio.wait_for(memory.flush(), 5)  # another call runs: the lease was let go
+    assert memory.to_dict()["summary"] == "u1"
+    await asyncio.wait_for(memory.aclose(), 5)
