@@ -405,8 +405,10 @@ class RedisShortTermMemory:
             raise TypeError("turn_id must be a str")
         check_turn_id(turn_id, "turn_id")
         await self._apply_replace()
+        task, cancels = _cancels()
         try:
             score = await self._client.zscore(self._keys.ids, turn_id)
+            _raise_if_cancelled_meanwhile(task, cancels)
         except _UNAVAILABLE as exc:
             raise RedisUnavailableError(
                 f"Redis unavailable: {type(exc).__name__}: {exc}", key=self._keys.state
@@ -608,20 +610,14 @@ class RedisShortTermMemory:
         keys = self._key_bytes if keys is None else keys
         # ``execute_command`` directly: ``Script.__call__`` costs as much again per call.
         execute: Callable[..., Awaitable[Any]] = self._client.execute_command
-        task = asyncio.current_task()
-        cancels = task.cancelling() if task is not None else 0
+        task, cancels = _cancels()
         try:
             try:
                 reply = await execute(b"EVALSHA", lua.sha, len(keys), *keys, *args)
             except redis_errors.NoScriptError:  # nothing ran: sending it whole is safe
                 self.round_trips += 1
                 reply = await execute(b"EVAL", lua.source, len(keys), *keys, *args)
-            # redis-py sends through ``asyncio.wait_for``, which on CPython < 3.12 swallows
-            # a cancellation that arrives as the send completes: the command then returns
-            # normally to a task that was cancelled. Cancelled is cancelled (a renewer that
-            # went on would renew its lease forever, and ``_hold`` would wait for it).
-            if task is not None and task.cancelling() > cancels:
-                raise asyncio.CancelledError
+            _raise_if_cancelled_meanwhile(task, cancels)
             return reply
         except _UNAVAILABLE as exc:
             raise RedisUnavailableError(
@@ -1192,6 +1188,24 @@ class RedisShortTermMemory:
             return self._budget.refuse_summary(state, batch, summary)
         except Exception as exc:
             return f"token estimator raised {type(exc).__name__} on the summary: {exc}"
+
+
+def _cancels() -> tuple[asyncio.Task[Any] | None, int]:
+    """The current task and how many cancellations it has pending, before a command."""
+    task = asyncio.current_task()
+    return task, task.cancelling() if task is not None else 0
+
+
+def _raise_if_cancelled_meanwhile(task: asyncio.Task[Any] | None, cancels: int) -> None:
+    """Raise ``CancelledError`` if ``task`` was cancelled during a command that returned.
+
+    redis-py sends through ``asyncio.wait_for`` (its socket timeout), which on CPython 3.11
+    swallows a cancellation arriving as the send completes: the command then returns
+    normally to a cancelled task. Cancelled is cancelled: a lease renewer that went on
+    would renew its lease forever, and the worker would wait for it.
+    """
+    if task is not None and task.cancelling() > cancels:
+        raise asyncio.CancelledError
 
 
 def _begin(now: float) -> Callable[[MemoryState], tuple[None, str, Transition]]:
