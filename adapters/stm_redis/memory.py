@@ -391,7 +391,8 @@ class RedisShortTermMemory:
         """Forget this session in Redis (turns, summary, health, turn ids), in one round trip."""
         self._pending_doc = None
         await self._script(_CLEAR, [self._ttl_ms])
-        self._snap = None
+        if self._pending_doc is None:  # a from_dict made meanwhile comes after the clear
+            self._snap = None
         await self._refresh()
         self._notify()
 

@@ -550,3 +550,36 @@ async def test_an_add_turn_sent_twice_by_the_client_is_recorded_and_reported_onc
     await asyncio.sleep(0.05)
     assert added == ["u0", "u1"]
     assert _recent(await memory.get_llm_context()) == ["u1"] and len(summarizer.calls) == 1
+
+
+async def test_a_from_dict_made_while_clear_runs_comes_after_it(
+    fake_memories: MemoryFactory,
+) -> None:
+    """Without a sync client: ``from_dict`` called while ``clear()``'s reply is on its
+    way is written after the clear, and the memory goes on working."""
+    cfg = config("truncation", full_zone_turns=3)
+    memory, peer = fake_memories(cfg, sync_client=None), fake_memories(cfg)
+    await memory.add_turn(turn(0))
+    loaded = json.loads(json.dumps(memory.to_dict()))
+    await memory.add_turn(turn(1))
+    replied, resume = asyncio.Event(), asyncio.Event()
+    real = memory._script
+
+    async def script(lua: Any, args: Any, **kwargs: Any) -> Any:
+        reply = await real(lua, args, **kwargs)
+        if lua is stm_memory._CLEAR:
+            replied.set()
+            await resume.wait()
+        return reply
+
+    memory._script = script  # type: ignore[method-assign]
+
+    async def load_meanwhile() -> None:
+        await replied.wait()
+        resume.set()  # clear() resumes first, then the replacement runs
+        memory.from_dict(loaded)
+
+    await asyncio.gather(memory.clear(), load_meanwhile())
+    await memory.add_turn(turn(2))
+    assert _recent(await memory.get_llm_context()) == ["u0", "u2"]
+    assert _recent(await peer.get_llm_context()) == ["u0", "u2"]
