@@ -1032,6 +1032,11 @@ class RedisShortTermMemory:
                     if not writing.result():
                         return
                     writing = None
+                snap = self._snap
+                if snap is None or snap.epoch != epoch or snap.fence > fence:
+                    # Replaced, cleared or taken over since the lease was taken: no call
+                    # made now could be installed, and its turns would be sent again.
+                    break
                 if batch is None:
                     batch = self._next_batch()
                 if batch is None:

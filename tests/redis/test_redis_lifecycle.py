@@ -583,3 +583,35 @@ async def test_a_from_dict_made_while_clear_runs_comes_after_it(
     await memory.add_turn(turn(2))
     assert _recent(await memory.get_llm_context()) == ["u0", "u2"]
     assert _recent(await peer.get_llm_context()) == ["u0", "u2"]
+
+
+@pytest.mark.parametrize("sync", [True, False])
+async def test_a_state_loaded_after_the_lease_was_taken_is_summarized_once(
+    fake_memories: MemoryFactory, fake_server: Any, sync: bool
+) -> None:
+    """WM-004: ``add_turn``'s write takes the lease, then ``from_dict`` replaces the state
+    before the worker runs. The worker calls on the loaded state's pending turn once, not
+    under the old lease (whose outcome could never be installed) again and again."""
+    cfg = config(full_zone_turns=1)
+    donor = RedisShortTermMemory(  # the state to load: u100 pending, u101 recent
+        fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()),
+        config=cfg,
+        key=MemoryKey("t", "u", "s"),
+        summarizer=ScriptedSummarizer(),
+        owns_client=True,
+    )
+    donor._wake = lambda: None  # type: ignore[method-assign]  # u100 stays pending
+    for i in (100, 101):
+        await donor.add_turn(turn(i))
+    loaded = json.loads(json.dumps(donor.to_dict()))
+    await donor.aclose()
+    summarizer = ScriptedSummarizer()
+    options = {} if sync else {"sync_client": None}
+    memory = fake_memories(cfg, summarizer=summarizer, **options)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))  # u0 pending: this write takes the lease
+    memory.from_dict(loaded)
+    await asyncio.wait_for(memory.flush(), 5)
+    await asyncio.sleep(0.1)
+    sent = [[t["user"] for t in call["turns"]] for call in summarizer.calls]
+    assert sent == [["u100"]]
