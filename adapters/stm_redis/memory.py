@@ -450,7 +450,7 @@ class RedisShortTermMemory:
         expected = current if state.stored else None
 
         def mark(latest: MemoryState) -> None:
-            latest.revision = current + 1
+            latest.revision = max(latest.revision, current + 1)
             latest.stored = True
 
         async def save() -> None:
@@ -458,7 +458,9 @@ class RedisShortTermMemory:
                 await conditional(key, data, expected_revision=expected)
             else:
                 await store.save_memory_state(key, data)
-            await self._commit(mark)
+            # Not into a state loaded since (another instance's hydrate or from_dict): it
+            # has a revision of its own, from its own record.
+            await self._commit(mark, epoch=snap.epoch)
 
         await asyncio.shield(asyncio.ensure_future(save()))
 

@@ -14,6 +14,7 @@ import pytest
 from redis import exceptions as redis_errors
 from stm_redis import RedisMemoryError, RedisShortTermMemory, RedisStateStore
 from stm_redis import memory as stm_memory
+from stm_stores import InMemoryStateStore
 
 from reference_impl import ConversationTurn, MemoryBudget, MemoryKey, ShortTermMemoryConfig
 from reference_impl.store import CorruptStateError
@@ -615,3 +616,50 @@ async def test_a_state_loaded_after_the_lease_was_taken_is_summarized_once(
     await asyncio.sleep(0.1)
     sent = [[t["user"] for t in call["turns"]] for call in summarizer.calls]
     assert sent == [["u100"]]
+
+
+async def test_a_persist_does_not_stamp_its_revision_on_a_state_hydrated_meanwhile(
+    fake_memories: MemoryFactory,
+) -> None:
+    """SER-006: while one instance's save to record "k1" is in flight, another hydrates
+    record "k2" (revision 7). The first's revision (1) must not land on the loaded state,
+    whose next persist to "k2" would then be refused as stale."""
+    cfg = config("truncation", full_zone_turns=3)
+    inner = InMemoryStateStore()
+    seeded = RedisShortTermMemory(
+        fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()),
+        config=cfg,
+        key=MemoryKey("t", "u", "s"),
+        owns_client=True,
+    )
+    await seeded.add_turn(turn(50))
+    await inner.save_memory_state("k2", {**seeded.to_dict(), "revision": 7, "storage_key": "k2"})
+    await seeded.aclose()
+    saved, go = asyncio.Event(), asyncio.Event()
+
+    class Held:  # a store whose conditional save returns when told to
+        async def save_memory_state(self, key: str, state: Any) -> None:
+            await inner.save_memory_state(key, state)
+
+        async def save_memory_state_if(
+            self, key: str, state: Any, *, expected_revision: int | None
+        ) -> None:
+            await inner.save_memory_state_if(key, state, expected_revision=expected_revision)
+            saved.set()
+            await go.wait()
+
+        async def load_memory_state(self, key: str) -> Any:
+            return await inner.load_memory_state(key)
+
+    store = Held()
+    a, b = fake_memories(cfg), fake_memories(cfg)
+    await a.add_turn(turn(0))
+    persisting = asyncio.ensure_future(a.persist(store, "k1"))
+    await saved.wait()
+    await b.hydrate(store, "k2")
+    go.set()
+    await persisting
+    await b.get_llm_context()
+    assert b.to_dict()["revision"] == 7
+    await b.persist(store, "k2")
+    assert (await inner.load_memory_state("k2"))["revision"] == 8
