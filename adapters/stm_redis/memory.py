@@ -256,7 +256,8 @@ class RedisShortTermMemory:
         lost the reply may retry.
 
         Raises:
-            MemoryBudgetExceeded: ``overflow_policy="error"`` and the turn does not fit.
+            MemoryBudgetExceeded: ``overflow_policy="error"`` and the turn does not fit
+                (a turn whose id is recorded already is not refused: it is stored).
             RedisUnavailableError: Redis did not answer; ``recorded`` says whether the
                 turn is stored (``None``: unknown, retry with ``turn_id=error.turn_id``).
             RedisMemoryError: Redis refused the operation; nothing was written.
@@ -707,6 +708,8 @@ class RedisShortTermMemory:
                 result = apply(state)
             except MemoryBudgetExceeded:
                 if fresh:
+                    if turn_id is not None and await self._recorded_already(turn_id):
+                        return "dup", None, None  # a retry of a stored turn: not refused
                     raise
                 # Judged on what this instance read last: another may have made room
                 # since (a summary, clear()). Judge the state as it is now.
@@ -767,6 +770,14 @@ class RedisShortTermMemory:
             turn_id=turn_id,
             recorded=False if turn_id is not None else None,
         )
+
+    async def _recorded_already(self, turn_id: str) -> bool:
+        """:meth:`turn_recorded` before refusing a turn: a failure leaves it unknown."""
+        try:
+            return await self.turn_recorded(turn_id)
+        except RedisMemoryError as exc:
+            exc.turn_id, exc.recorded = turn_id, None
+            raise
 
     async def _refresh_for(self, turn_id: str | None) -> _Snapshot:
         """:meth:`_refresh` before a write of ``turn_id``: a failure leaves it unrecorded."""

@@ -663,3 +663,38 @@ async def test_a_persist_does_not_stamp_its_revision_on_a_state_hydrated_meanwhi
     assert b.to_dict()["revision"] == 7
     await b.persist(store, "k2")
     assert (await inner.load_memory_state("k2"))["revision"] == 8
+
+
+async def test_a_stored_turn_sent_again_is_not_refused_by_the_error_policy(
+    fake_memories: MemoryFactory,
+) -> None:
+    """BUD-006 with turn ids: the documented retry after a lost reply,
+    ``add_turn(turn, turn_id=error.turn_id)``, of a turn that did land. The state holding
+    it leaves no room for it again, but it is recorded, so nothing is refused."""
+    cfg = config(
+        "truncation",
+        full_zone_turns=5,
+        total_max_tokens=60,
+        summary_max_tokens=10,
+        overflow_policy="error",
+    )
+    memory = fake_memories(cfg)
+    big = ConversationTurn("u" * 120, "a")
+    real = memory._client.execute_command
+
+    async def reply_lost(*args: Any, **kwargs: Any) -> Any:
+        reply = await real(*args, **kwargs)
+        commit = stm_memory._COMMIT
+        if args[:2] in ((b"EVALSHA", commit.sha), (b"EVAL", commit.source)):
+            raise redis_errors.TimeoutError("Timeout reading from socket")
+        return reply
+
+    memory._client.execute_command = reply_lost  # type: ignore[method-assign]
+    with pytest.raises(RedisMemoryError) as lost:
+        await memory.add_turn(big, turn_id="req-1")
+    assert lost.value.recorded is None
+    memory._client.execute_command = real  # type: ignore[method-assign]
+    await memory.get_llm_context()  # the state read now holds the turn
+    await memory.add_turn(big, turn_id="req-1")
+    await memory.add_turn(big, turn_id="req-1")
+    assert _recent(await memory.get_llm_context()) == ["u" * 120]
