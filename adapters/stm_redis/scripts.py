@@ -12,11 +12,24 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-__all__ = ["ACQUIRE", "CLEAR", "COMMIT", "READ", "RELEASE", "RENEW", "WRITES_KEPT", "Lua"]
+__all__ = [
+    "ACQUIRE",
+    "CLEAR",
+    "COMMIT",
+    "READ",
+    "RELEASE",
+    "RENEW",
+    "REPLACEMENTS_KEPT",
+    "WRITES_KEPT",
+    "Lua",
+]
 
 #: How many of the newest writes of a session ``COMMIT`` knows by id: a write sent again
 #: is recognised while fewer than this many writes followed it.
 WRITES_KEPT = 32
+#: How many of the newest replacements (``from_dict``, ``hydrate``) ``COMMIT`` knows by id,
+#: apart from the writes: ordinary writes do not push them out, nor does ``CLEAR``.
+REPLACEMENTS_KEPT = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,21 +108,35 @@ return state('state')
 #: (the turn id is recorded already), ``fenced`` (another worker took the lease),
 #: ``replayed`` (this write, or this replacement, was made already: the command was sent
 #: again after its reply was lost, by the caller or by the client library's own retry)
-#: or ``conflict``. The ids of the newest :data:`WRITES_KEPT` writes are kept (``writes``)
-#: for that.
+#: or ``conflict``. The ids of the newest :data:`WRITES_KEPT` writes (``writes``) and of
+#: the newest :data:`REPLACEMENTS_KEPT` replacements (``replaced``) are kept for that.
 COMMIT = (
     _STATE
     + _COUNTERS
-    + f"local WRITES_KEPT = {WRITES_KEPT}\n"
+    + f"local WRITES_KEPT, REPLACEMENTS_KEPT = {WRITES_KEPT}, {REPLACEMENTS_KEPT}\n"
+    + """
+-- ``ids``: space-separated ids, newest first. Whether ``id`` is one of them, and the
+-- list with ``id`` in front, at most ``n`` long.
+local function known(ids, id)
+  return string.find(' ' .. ids .. ' ', ' ' .. id .. ' ', 1, true) ~= nil
+end
+local function pushed(ids, id, n)
+  local kept, k = {id}, 1
+  for old in string.gmatch(ids, '%S+') do
+    if k >= n then break end
+    k = k + 1
+    kept[k] = old
+  end
+  return table.concat(kept, ' ')
+end
+"""
     + """
 local a = {}
 for v in string.gmatch(ARGV[3], '%S+') do a[#a + 1] = v end
 local expected, nb, ttl, seq, fenced, bump, kept, owner, lease_ms, wid =
   a[1], a[2], tonumber(a[3]), a[4], a[5], a[6], tonumber(a[7]), a[8], a[9], a[10]
 local writes = redis.call('HGET', KEYS[1], 'writes') or ''
-if string.find(' ' .. writes .. ' ', ' ' .. wid .. ' ', 1, true) then
-  return state('replayed')
-end
+if known(writes, wid) then return state('replayed') end
 local tid = ARGV[2]
 if tid ~= '' and redis.call('ZSCORE', KEYS[2], tid) then return state('dup') end
 local cur = redis.call('HMGET', KEYS[1], 'rev', 'fence', 'epoch')
@@ -118,28 +145,25 @@ if bad then return bad end
 local fence = cur[2] or '0'
 if fenced ~= '-' and fence ~= fenced then return state('fenced') end
 if expected ~= '*' and (cur[1] or '0') ~= expected then return state('conflict') end
-local rid = nil
+local replaced = nil  -- when this write is a replacement: the replacement ids to keep
 if string.sub(bump, 1, 5) == 'bump:' then
-  rid = string.sub(bump, 6)
-  if redis.call('HGET', KEYS[1], 'replaced') == rid then return state('replayed') end
+  local rid = string.sub(bump, 6)
+  local ids = redis.call('HGET', KEYS[1], 'replaced') or ''
+  if known(ids, rid) then return state('replayed') end
+  replaced = pushed(ids, rid, REPLACEMENTS_KEPT)
 end
 cur = born(cur)
 local rev = redis.call('HINCRBY', KEYS[1], 'rev', 1)
 fence = cur[2]
 local epoch = cur[3]
-if rid then
+if replaced then
   epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-  redis.call('HSET', KEYS[1], 'replaced', rid)
+  redis.call('HSET', KEYS[1], 'replaced', replaced)
   redis.call('DEL', KEYS[2])
   for i = 4, #ARGV, 2 do redis.call('ZADD', KEYS[2], ARGV[i + 1], ARGV[i]) end
 end
-local kept_writes, n = {wid}, 1
-for w in string.gmatch(writes, '%S+') do
-  if n >= WRITES_KEPT then break end
-  n = n + 1
-  kept_writes[n] = w
-end
-redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'nb', nb, 'writes', table.concat(kept_writes, ' '))
+writes = pushed(writes, wid, WRITES_KEPT)
+redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'nb', nb, 'writes', writes)
 if tid ~= '' then
   redis.call('ZADD', KEYS[2], seq, tid)
   redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(kept + 1))
@@ -173,7 +197,10 @@ born(cur)
 local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
 redis.call('SET', KEYS[3], ARGV[1] .. '/' .. int(fence), 'PX', ARGV[2])
 local ttl = tonumber(ARGV[3])
-if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[2], ttl)  -- the turn ids live as long as the state
+end
 return state('ok')
 """
 )
@@ -201,7 +228,9 @@ local cur = redis.call('HMGET', KEYS[1], 'rev', 'fence', 'epoch')
 local bad = corrupt(cur)
 if bad then return bad end
 born(cur)
-redis.call('HDEL', KEYS[1], 'doc', 'nb', 'replaced')
+-- ``replaced`` stays: a replacement sent again after its reply was lost must not
+-- overwrite what came after it, the clear included.
+redis.call('HDEL', KEYS[1], 'doc', 'nb')
 redis.call('HINCRBY', KEYS[1], 'rev', 1)
 redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HINCRBY', KEYS[1], 'fence', 1)

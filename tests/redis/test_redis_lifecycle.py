@@ -698,3 +698,69 @@ async def test_a_stored_turn_sent_again_is_not_refused_by_the_error_policy(
     await memory.add_turn(big, turn_id="req-1")
     await memory.add_turn(big, turn_id="req-1")
     assert _recent(await memory.get_llm_context()) == ["u" * 120]
+
+
+async def test_the_turn_ids_expire_with_the_state_not_before_it(
+    fake_memories: MemoryFactory, fake_server: Any
+) -> None:
+    """Taking the summarizer lease refreshes the session's expiry: of the turn ids too. A
+    retry waits its backoff, then the worker's lease refreshes the expiry; until this
+    worked, the ids expired first and a retried turn was stored twice."""
+    calls: list[float] = []
+    retrying = asyncio.Event()
+
+    async def summarize(payload: Any) -> Any:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise RuntimeError("the first call fails")
+        retrying.set()
+        await asyncio.sleep(1.0)  # a slow call: no write refreshes the expiry meanwhile
+        return {"summary": "s"}
+
+    cfg = config(full_zone_turns=1, retry_backoff_base_s=0.4, retry_attempts=3)
+    memory = fake_memories(cfg, summarizer=summarize, ttl_s=1.0, lease_ttl_s=0.3)
+    await memory.add_turn(turn(0), turn_id="id-0")
+    await memory.add_turn(turn(1), turn_id="id-1")
+    await asyncio.wait_for(retrying.wait(), 5)  # the retry, under a lease taken by ACQUIRE
+    await asyncio.sleep(0.05)
+    client = _raw(fake_server)
+    state_ms, ids_ms = await client.pttl(memory._keys.state), await client.pttl(memory._keys.ids)
+    assert abs(state_ms - ids_ms) < 100, (state_ms, ids_ms)
+    await client.aclose()
+
+
+@pytest.mark.parametrize("meanwhile", ["clear", "from_dict"])
+async def test_a_replacement_retried_after_many_writes_overwrites_none_of_them(
+    fake_memories: MemoryFactory, meanwhile: str
+) -> None:
+    """Without a sync client, a ``from_dict`` whose write landed and whose reply was lost
+    is retried at this instance's next call, maybe much later. Another instance cleared
+    or loaded the session since and wrote 40 turns: the retry finds its replacement made
+    and overwrites none of them."""
+    cfg = config("truncation", full_zone_turns=50)
+    a, b = fake_memories(cfg, sync_client=None), fake_memories(cfg)
+    await a.add_turn(turn(0))
+    loaded = json.loads(json.dumps(a.to_dict()))
+    real = a._client.execute_command
+    lost = asyncio.Event()
+
+    async def replacement_reply_lost(*args: Any, **kwargs: Any) -> Any:
+        reply = await real(*args, **kwargs)
+        if not lost.is_set() and "bump:" in str(args[-1]):
+            lost.set()
+            raise redis_errors.TimeoutError("Timeout reading from socket")
+        return reply
+
+    a._client.execute_command = replacement_reply_lost  # type: ignore[method-assign]
+    a.from_dict(loaded)
+    await asyncio.wait_for(lost.wait(), 5)
+    await asyncio.sleep(0.01)
+    a._client.execute_command = real  # type: ignore[method-assign]
+    if meanwhile == "clear":
+        await b.clear()
+    else:
+        b.from_dict({**loaded, "turns": []})
+    for i in range(1, 41):
+        await b.add_turn(turn(i))
+    await a.get_llm_context()  # retries the replacement
+    assert _recent(await b.get_llm_context()) == [f"u{i}" for i in range(1, 41)]
