@@ -78,11 +78,23 @@ class RedisStateStore:
         self, key: str, state: Mapping[str, Any], *, expected_revision: int | None
     ) -> None:
         """Store ``state`` only if the stored revision equals ``expected_revision``
-        (``None``: no record may exist); else :class:`StaleStateError`, record unchanged."""
+        (``None``: no record may exist); else :class:`StaleStateError`, record unchanged.
+
+        A record that cannot be read is a :class:`CorruptStateError` here too, and is left
+        as it is: it is read first, then written if its revision is still the one read.
+        """
         redis_key = self._key(key)
         check_expected_revision(expected_revision)
         revision, text = encode_state(key, state)
         expected = "" if expected_revision is None else str(expected_revision)
+        try:
+            rev, stored = await self._client.hmget(redis_key, ["rev", "state"])
+        except redis_errors.RedisError as exc:
+            raise self._error(key, exc) from exc
+        if stored is not None:
+            _decode(key, rev, stored)
+        elif rev is not None:
+            _revision(key, rev)
         try:
             reply = await self._save_if(
                 keys=[redis_key], args=[expected, str(revision), text, self._ttl_ms]
@@ -102,11 +114,7 @@ class RedisStateStore:
             raise self._error(key, exc) from exc
         if text is None:
             return None
-        try:
-            decoded = _text(text)
-        except UnicodeDecodeError as exc:
-            raise CorruptStateError(f"stored state is not UTF-8: {exc}", key=key) from exc
-        return decode_state(key, decoded, _revision(key, rev))
+        return _decode(key, rev, text)
 
     async def delete_memory_state(self, key: str) -> bool:
         """Remove the record under ``key``; return whether there was one."""
@@ -140,6 +148,15 @@ class RedisStateStore:
 
 def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _decode(key: str, rev: Any, text: Any) -> dict[str, Any]:
+    """A stored record's state; ``CorruptStateError`` unless it can be read."""
+    try:
+        decoded = _text(text)
+    except UnicodeDecodeError as exc:
+        raise CorruptStateError(f"stored state is not UTF-8: {exc}", key=key) from exc
+    return decode_state(key, decoded, _revision(key, rev))
 
 
 def _revision(key: str, raw: Any) -> int:

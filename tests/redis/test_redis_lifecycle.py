@@ -250,8 +250,14 @@ async def test_a_wrong_type_under_the_turn_ids_is_a_typed_error(
 
 @pytest.mark.parametrize(
     ("rev", "state"),
-    [(None, '{"version": 2}'), ("x", '{"version": 2}'), ("1", b"\xff\xfe")],
-    ids=["no revision", "revision not a number", "not UTF-8"],
+    [
+        (None, '{"version": 2}'),
+        ("x", '{"version": 2}'),
+        ("1", b"\xff\xfe"),
+        ("1", "{not json"),
+        ("1", '{"revision": 5}'),
+    ],
+    ids=["no revision", "revision not a number", "not UTF-8", "not JSON", "revisions disagree"],
 )
 async def test_the_state_store_reports_a_corrupt_record(
     fake_server: Any, rev: str | None, state: str | bytes
@@ -265,9 +271,12 @@ async def test_the_state_store_reports_a_corrupt_record(
     with pytest.raises(CorruptStateError) as caught:
         await store.load_memory_state("k")
     assert caught.value.key == "k"
-    if rev == "x":  # a conditional save cannot compare with it either
-        with pytest.raises(CorruptStateError):
-            await store.save_memory_state_if("k", {"revision": 2}, expected_revision=1)
+    # A conditional save refuses it too, and leaves it as it is (as the SQLite store does).
+    before = await client.hgetall("corrupt:k")
+    expected = None if rev is None else 1
+    with pytest.raises(CorruptStateError):
+        await store.save_memory_state_if("k", {"revision": 2}, expected_revision=expected)
+    assert await client.hgetall("corrupt:k") == before
     await client.aclose()
 
 
