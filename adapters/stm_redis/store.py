@@ -37,7 +37,8 @@ class RedisStateStore:
     """Keeps each state as a hash (``rev``, ``state`` JSON) under ``<namespace>:<key>``.
 
     Implements :class:`reference_impl.store.ConditionalStateStore`: a conditional save
-    compares and writes inside one script, atomic across processes. Keys are used as
+    reads the record (one that cannot be read is refused, not overwritten), then compares
+    the revision and writes inside one script, atomic across processes. Keys are used as
     given after the namespace, so distinct keys of one store never share a record; stores
     whose namespaces nest (``app`` and ``app:v2``) do. ``ttl_s`` (default none) expires
     records not saved for that long. A record that cannot be read (its ``rev`` not an
