@@ -207,6 +207,10 @@ class RedisShortTermMemory:
         #: The id of the replacement in ``_pending_doc``: a retry after a lost reply finds
         #: it written already, and does not overwrite what came after it.
         self._pending_rid = ""
+        #: A revision a store holds but whose write to Redis failed after the store's save
+        #: (``persist``), with the epoch it belongs to: written before the next persist,
+        #: which would otherwise expect the old revision and be refused as stale forever.
+        self._unmarked: tuple[int, int] | None = None
         self._replace_lock = asyncio.Lock()
         #: Writes of one instance queue here rather than race each other's compare-and-set.
         self._write_lock = asyncio.Lock()
@@ -438,9 +442,17 @@ class RedisShortTermMemory:
 
     async def persist(self, store: Any, key: str) -> None:
         """Save the current state through ``store`` with the next revision (SER-005/006);
-        a store with ``save_memory_state_if`` gets a conditional write."""
+        a store with ``save_memory_state_if`` gets a conditional write.
+
+        If Redis fails after the store saved, the error is raised, and the revision the
+        store now holds is written to Redis first thing at the next ``persist``.
+        """
         if not hasattr(store, "save_memory_state"):
             return
+        if self._unmarked is not None:
+            epoch, revision = self._unmarked
+            await self._commit(_saved_as(revision), epoch=epoch)
+            self._unmarked = None
         snap = await self._refresh()
         state = snap.state
         data = schema.dump(state, self._config)
@@ -450,10 +462,6 @@ class RedisShortTermMemory:
         conditional = getattr(store, "save_memory_state_if", None)
         expected = current if state.stored else None
 
-        def mark(latest: MemoryState) -> None:
-            latest.revision = max(latest.revision, current + 1)
-            latest.stored = True
-
         async def save() -> None:
             if conditional is not None:
                 await conditional(key, data, expected_revision=expected)
@@ -461,7 +469,9 @@ class RedisShortTermMemory:
                 await store.save_memory_state(key, data)
             # Not into a state loaded since (another instance's hydrate or from_dict): it
             # has a revision of its own, from its own record.
-            await self._commit(mark, epoch=snap.epoch)
+            self._unmarked = (snap.epoch, current + 1)
+            await self._commit(_saved_as(current + 1), epoch=snap.epoch)
+            self._unmarked = None
 
         await asyncio.shield(asyncio.ensure_future(save()))
 
@@ -1207,6 +1217,17 @@ class RedisShortTermMemory:
             return self._budget.refuse_summary(state, batch, summary)
         except Exception as exc:
             return f"token estimator raised {type(exc).__name__} on the summary: {exc}"
+
+
+def _saved_as(revision: int) -> Callable[[MemoryState], None]:
+    """The change that records a state as stored by a store with ``revision``; never a
+    revision back (a later save may have landed first)."""
+
+    def mark(latest: MemoryState) -> None:
+        latest.revision = max(latest.revision, revision)
+        latest.stored = True
+
+    return mark
 
 
 def _cancels() -> tuple[asyncio.Task[Any] | None, int]:

@@ -773,3 +773,47 @@ async def test_a_replacement_retried_after_many_writes_overwrites_none_of_them(
         await b.add_turn(turn(i))
     await a.get_llm_context()  # retries the replacement
     assert _recent(await b.get_llm_context()) == [f"u{i}" for i in range(1, 41)]
+
+
+async def test_a_persist_whose_revision_could_not_be_written_does_not_block_the_next(
+    fake_memories: MemoryFactory,
+) -> None:
+    """SER-006 refuses stale writers, not the only one: the store saved revision 2, then
+    Redis failed before the memory recorded it. The error is raised; the next persist
+    writes revision 2 to Redis first and saves revision 3."""
+    memory = fake_memories(config("truncation", full_zone_turns=3))
+    inner = InMemoryStateStore()
+    await memory.add_turn(turn(0))
+    await memory.persist(inner, "k")
+    await memory.add_turn(turn(1))
+    real = memory._client.execute_command
+    down = False
+
+    async def refused(*args: Any, **kwargs: Any) -> Any:
+        if down and args[1] in (stm_memory._COMMIT.sha, stm_memory._COMMIT.source):
+            raise redis_errors.ConnectionError("Connection refused")
+        return await real(*args, **kwargs)
+
+    class SavesThenRedisFails:
+        async def save_memory_state(self, key: str, state: Any) -> None:
+            await inner.save_memory_state(key, state)
+
+        async def save_memory_state_if(
+            self, key: str, state: Any, *, expected_revision: int | None
+        ) -> None:
+            nonlocal down
+            await inner.save_memory_state_if(key, state, expected_revision=expected_revision)
+            down = True
+
+        async def load_memory_state(self, key: str) -> Any:
+            return await inner.load_memory_state(key)
+
+    memory._client.execute_command = refused  # type: ignore[method-assign]
+    with pytest.raises(RedisMemoryError):
+        await memory.persist(SavesThenRedisFails(), "k")
+    down = False
+    await memory.add_turn(turn(2))
+    await memory.persist(inner, "k")
+    stored = await inner.load_memory_state("k")
+    assert stored is not None and stored["revision"] == 3
+    assert [t["user_message"] for t in stored["turns"]] == ["u0", "u1", "u2"]
