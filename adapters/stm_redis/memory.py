@@ -394,8 +394,14 @@ class RedisShortTermMemory:
 
     async def clear(self) -> None:
         """Forget this session in Redis (turns, summary, health, turn ids), in one round trip."""
-        self._pending_doc = None
-        await self._script(_CLEAR, [self._ttl_ms])
+        pending, rid = self._pending_doc, self._pending_rid
+        self._pending_doc = None  # the clear comes after a from_dict made before it
+        try:
+            await self._script(_CLEAR, [self._ttl_ms])
+        except RedisMemoryError:
+            if self._pending_doc is None:  # nothing was cleared: it is still to be written
+                self._pending_doc, self._pending_rid = pending, rid
+            raise
         if self._pending_doc is None:  # a from_dict made meanwhile comes after the clear
             self._snap = None
         await self._refresh()

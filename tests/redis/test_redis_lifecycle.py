@@ -817,3 +817,29 @@ async def test_a_persist_whose_revision_could_not_be_written_does_not_block_the_
     stored = await inner.load_memory_state("k")
     assert stored is not None and stored["revision"] == 3
     assert [t["user_message"] for t in stored["turns"]] == ["u0", "u1", "u2"]
+
+
+async def test_a_clear_that_fails_keeps_a_state_loaded_before_it(
+    fake_memories: MemoryFactory,
+) -> None:
+    """Without a sync client: ``from_dict``, then a ``clear()`` that Redis refuses. The
+    clear raises and clears nothing; the loaded state is not dropped but written."""
+    cfg = config("truncation", full_zone_turns=3)
+    memory, peer = fake_memories(cfg, sync_client=None), fake_memories(cfg)
+    await memory.add_turn(turn(0))
+    loaded = json.loads(json.dumps(memory.to_dict()))
+    await memory.add_turn(turn(1))
+    real = memory._client.execute_command
+
+    async def clear_refused(*args: Any, **kwargs: Any) -> Any:
+        if args[1] in (stm_memory._CLEAR.sha, stm_memory._CLEAR.source):
+            raise redis_errors.ConnectionError("Connection refused")
+        return await real(*args, **kwargs)
+
+    memory._client.execute_command = clear_refused  # type: ignore[method-assign]
+    memory.from_dict(loaded)
+    with pytest.raises(RedisMemoryError):
+        await memory.clear()
+    memory._client.execute_command = real  # type: ignore[method-assign]
+    await memory.get_llm_context()
+    assert _recent(await peer.get_llm_context()) == ["u0"]
