@@ -393,13 +393,15 @@ class RedisShortTermMemory:
         await self.aclose()
 
     async def clear(self) -> None:
-        """Forget this session in Redis (turns, summary, health, turn ids), in one round trip."""
+        """Forget this session in Redis (turns, summary, health, turn ids), in two round
+        trips (the script, then a read). A state given to ``from_dict`` before it and not
+        yet written is dropped; if the clear raises, it is kept, to be written."""
         pending, rid = self._pending_doc, self._pending_rid
         self._pending_doc = None  # the clear comes after a from_dict made before it
         try:
             await self._script(_CLEAR, [self._ttl_ms])
         except RedisMemoryError:
-            if self._pending_doc is None:  # nothing was cleared: it is still to be written
+            if self._pending_doc is None:  # maybe not cleared: the caller may clear again
                 self._pending_doc, self._pending_rid = pending, rid
             raise
         if self._pending_doc is None:  # a from_dict made meanwhile comes after the clear
