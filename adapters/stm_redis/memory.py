@@ -1140,6 +1140,25 @@ class RedisShortTermMemory:
         def finish(latest: MemoryState) -> tuple[str | None, str, Transition]:
             if latest.health.degraded != batch.recovering:
                 raise _Stale
+            dropped = 0
+            if not batch.recovering:
+                # The call may have started on outcomes shown but not yet written (the
+                # next call starts as the last returns). If one of them was refused, an
+                # older turn than the batch's is still pending: installing would take it
+                # off without a summary for it (WM-003). The batch is sent again instead.
+                sent = {entry.seq for entry in batch.entries}
+                for entry in latest.pending:
+                    if entry.seq > batch.through:
+                        break
+                    if entry.seq not in sent:
+                        raise _Stale
+                # Turns of the batch the newest state dropped from a full backlog since
+                # (the batch was taken from a state read before): this summary covers
+                # them, so they are not lost after all (HLT-005), as for a recovery.
+                held = {e.seq for part in (latest.pending, latest.backlog) for e in part}
+                dropped = sum(
+                    e.seq > latest.summarized_through and e.seq not in held for e in batch.entries
+                )
             reason = error
             if reason is None:
                 assert summary is not None
@@ -1148,6 +1167,7 @@ class RedisShortTermMemory:
             if reason is None:
                 assert summary is not None
                 watermark.install(latest, batch, summary)
+                latest.dropped_turns -= dropped
                 change = latest.health.on_success()
             else:
                 change = latest.health.on_failure(now)
