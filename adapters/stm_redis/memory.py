@@ -70,6 +70,9 @@ _RENEW = scripts.Lua.of(scripts.RENEW)
 _RELEASE = scripts.Lua.of(scripts.RELEASE)
 _CLEAR = scripts.Lua.of(scripts.CLEAR)
 
+#: How many turns whose write's reply was lost an instance remembers for their retry.
+_LOST_WRITES_KEPT = 1024
+
 _UNAVAILABLE = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError, TimeoutError)
 
 
@@ -211,6 +214,9 @@ class RedisShortTermMemory:
         #: (``persist``), with the epoch it belongs to: written before the next persist,
         #: which would otherwise expect the old revision and be refused as stale forever.
         self._unmarked: tuple[int, int] | None = None
+        #: The write id of each turn whose write's reply was lost (oldest first), for the
+        #: retry ``add_turn(turn, turn_id=error.turn_id)`` to send again.
+        self._lost_writes: dict[str, str] = {}
         self._replace_lock = asyncio.Lock()
         #: Writes of one instance queue here rather than race each other's compare-and-set.
         self._write_lock = asyncio.Lock()
@@ -293,7 +299,19 @@ class RedisShortTermMemory:
             watermark.admit(state, entry, config)
             budget.enforce(state)
 
-        status, _, written = await self._commit(admit, turn_id=tid, lease_if=self._wants_lease)
+        # A retry of a write whose reply was lost sends the same write id: found made, the
+        # turn is reported as added (CB-001) and a lease it took is used.
+        wid = self._lost_writes.pop(tid, None) or os.urandom(8).hex()
+        try:
+            status, _, written = await self._commit(
+                admit, turn_id=tid, lease_if=self._wants_lease, wid=wid
+            )
+        except RedisMemoryError as exc:
+            if exc.recorded is None:
+                self._lost_writes[tid] = wid
+                if len(self._lost_writes) > _LOST_WRITES_KEPT:
+                    del self._lost_writes[next(iter(self._lost_writes))]
+            raise
         if self._closed:
             # aclose() ran while the write was in flight: the turn is stored, but the
             # callbacks are closed, and a lease the write took is nobody's to use.
@@ -677,6 +695,7 @@ class RedisShortTermMemory:
         epoch: int | None = None,
         lease_if: Callable[[MemoryState], bool] | None = None,
         outcome: int = 0,
+        wid: str | None = None,
     ) -> tuple[str, _T | None, _Snapshot | None]:
         """:meth:`_write`, one at a time per instance."""
         async with self._write_lock:
@@ -687,6 +706,7 @@ class RedisShortTermMemory:
                 epoch=epoch,
                 lease_if=lease_if,
                 outcome=outcome,
+                wid=wid,
             )
 
     async def _write(
@@ -698,6 +718,7 @@ class RedisShortTermMemory:
         epoch: int | None = None,
         lease_if: Callable[[MemoryState], bool] | None = None,
         outcome: int = 0,
+        wid: str | None = None,
     ) -> tuple[str, _T | None, _Snapshot | None]:
         """Apply ``apply`` to the latest state and compare-and-set it, retrying on conflict.
 
@@ -709,15 +730,16 @@ class RedisShortTermMemory:
         the summarizer outcome ``apply`` is, which the synchronous accessors already show
         (``self._outcomes``); once written it is dropped from there in the same step.
 
-        Every attempt carries the same write id: a command sent again after its reply was
-        lost (by redis-py's own retry, say) is recognised as written, not applied twice.
+        Every attempt carries the same write id (``wid``, default a fresh one): a command
+        sent again after its reply was lost (by redis-py's own retry, or a caller retrying
+        with the id of the write that failed) is recognised as written, not applied twice.
         """
         fresh = self._snap is None or self._pending_doc is not None
         if fresh:
             await self._refresh_for(turn_id)
         snap = self._snap
         assert snap is not None
-        wid = os.urandom(8).hex()
+        wid = wid or os.urandom(8).hex()
         for attempt in range(self._max_attempts):
             if epoch is not None and snap.epoch != epoch:
                 return "stale", None, None

@@ -843,3 +843,36 @@ async def test_a_clear_that_fails_keeps_a_state_loaded_before_it(
     memory._client.execute_command = real  # type: ignore[method-assign]
     await memory.get_llm_context()
     assert _recent(await peer.get_llm_context()) == ["u0"]
+
+
+async def test_a_turn_stored_by_a_write_whose_reply_was_lost_is_reported_at_its_retry(
+    fake_memories: MemoryFactory,
+) -> None:
+    """CB-001: the documented retry ``add_turn(turn, turn_id=error.turn_id)`` of a turn
+    whose first write landed finds that very write made: ``on_turn_added`` runs for it
+    once."""
+    added: list[str] = []
+
+    async def on_turn_added(t: ConversationTurn) -> None:
+        added.append(t.user_message)
+
+    memory = fake_memories(config("truncation", on_turn_added=on_turn_added))
+    await memory.add_turn(turn(0))
+    real = memory._client.execute_command
+
+    async def reply_lost(*args: Any, **kwargs: Any) -> Any:
+        reply = await real(*args, **kwargs)
+        if args[1] in (stm_memory._COMMIT.sha, stm_memory._COMMIT.source):
+            raise redis_errors.TimeoutError("Timeout reading from socket")
+        return reply
+
+    memory._client.execute_command = reply_lost  # type: ignore[method-assign]
+    with pytest.raises(RedisMemoryError) as lost:
+        await memory.add_turn(turn(1))
+    memory._client.execute_command = real  # type: ignore[method-assign]
+    assert lost.value.recorded is None and lost.value.turn_id is not None
+    await memory.add_turn(turn(1), turn_id=lost.value.turn_id)
+    await memory.add_turn(turn(1), turn_id=lost.value.turn_id)  # a second retry: once
+    await asyncio.sleep(0.05)
+    assert added == ["u0", "u1"]
+    assert _recent(await memory.get_llm_context()) == ["u0", "u1"]
