@@ -70,6 +70,8 @@ _RENEW = scripts.Lua.of(scripts.RENEW)
 _RELEASE = scripts.Lua.of(scripts.RELEASE)
 _CLEAR = scripts.Lua.of(scripts.CLEAR)
 
+#: How many times a summarizer outcome is sent while Redis does not answer.
+_OUTCOME_ATTEMPTS = 3
 #: How many turns whose write's reply was lost an instance remembers for their retry.
 _LOST_WRITES_KEPT = 1024
 
@@ -1207,12 +1209,26 @@ class RedisShortTermMemory:
         fence: int,
         epoch: int,
     ) -> bool:
-        """Write one numbered outcome, fenced; whether it was written."""
+        """Write one numbered outcome, fenced; whether it was written.
+
+        Sent again, with the same write id, when Redis did not answer: a write that landed
+        is then found made, and its callbacks run (CB-002, CB-003).
+        """
         number, finish = outcome
-        try:
-            status, result, _ = await self._commit(finish, fence=fence, epoch=epoch, outcome=number)
-        except _Stale:
-            status, result = "stale", None
+        wid = os.urandom(8).hex()
+        for attempt in range(_OUTCOME_ATTEMPTS):
+            try:
+                status, result, _ = await self._commit(
+                    finish, fence=fence, epoch=epoch, outcome=number, wid=wid
+                )
+            except _Stale:
+                status, result = "stale", None
+            except RedisUnavailableError:
+                if attempt + 1 == _OUTCOME_ATTEMPTS:
+                    raise
+                await asyncio.sleep(self._poll_s * 2**attempt)
+                continue
+            break
         if status != "ok" or result is None:
             logger.info("summarizer outcome discarded (%s): %s", status, self._keys.state)
             if outcome in self._outcomes:  # refused: no longer shown

@@ -876,3 +876,51 @@ async def test_a_turn_stored_by_a_write_whose_reply_was_lost_is_reported_at_its_
     await asyncio.sleep(0.05)
     assert added == ["u0", "u1"]
     assert _recent(await memory.get_llm_context()) == ["u0", "u1"]
+
+
+@pytest.mark.parametrize("outcome", ["summary", "failure"])
+async def test_an_outcome_written_whose_reply_was_lost_runs_its_callback(
+    fake_memories: MemoryFactory, outcome: str
+) -> None:
+    """CB-002, CB-003: the write of a summarizer outcome lands and its reply is lost. It
+    is sent again with the same write id, found made, and its callback runs once."""
+    summaries: list[str] = []
+    changes: list[tuple[str, str]] = []
+
+    async def on_summary(old: str, new: str) -> None:
+        summaries.append(new)
+
+    async def on_health(old: Any, new: Any) -> None:
+        changes.append((old.value, new.value))
+
+    summarizer = ScriptedSummarizer()
+    if outcome == "failure":
+        summarizer.fail_always()
+    cfg = config(
+        full_zone_turns=1,
+        retry_backoff_base_s=30.0,
+        on_summary_updated=on_summary,
+        on_health_changed=on_health,
+    )
+    memory = fake_memories(cfg, summarizer=summarizer)
+    real = memory._client.execute_command
+    lost: list[bool] = []
+
+    async def outcome_reply_lost(*args: Any, **kwargs: Any) -> Any:
+        reply = await real(*args, **kwargs)
+        fenced = args[1] == stm_memory._COMMIT.sha and str(args[-1]).split(" ")[4] != "-"
+        if fenced and not lost:  # an outcome's write: the only fenced one
+            lost.append(True)
+            raise redis_errors.TimeoutError("Timeout reading from socket")
+        return reply
+
+    memory._client.execute_command = outcome_reply_lost  # type: ignore[method-assign]
+    for i in range(2):
+        await memory.add_turn(turn(i))
+    await summarizer.wait_for_calls(1)
+    await asyncio.sleep(0.2)
+    assert lost and len(summarizer.calls) == 1
+    if outcome == "summary":
+        assert len(summaries) == 1 and changes == []
+    else:
+        assert summaries == [] and changes == [("healthy", "retry")]
