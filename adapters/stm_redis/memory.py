@@ -330,7 +330,13 @@ class RedisShortTermMemory:
         """The patch to merge into ``llm_context``, read in one round trip."""
         if self._config.strategy == "none":
             return {}
-        await self._refresh()
+        snap = await self._refresh()
+        state = snap.state
+        if state.pending or (state.backlog and state.health.degraded):
+            # Work waits, maybe for a retry or recovery nobody else will make (the
+            # instance whose call failed has gone): this one's worker sees to it
+            # (HLT-002, HLT-006). A running worker makes this a no-op.
+            self._wake()
         return render_view(self._config.strategy, self._state())
 
     def estimate_tokens(self) -> int:

@@ -924,3 +924,34 @@ async def test_an_outcome_written_whose_reply_was_lost_runs_its_callback(
         assert len(summaries) == 1 and changes == []
     else:
         assert summaries == [] and changes == [("healthy", "retry")]
+
+
+@pytest.mark.parametrize("state", ["retry", "degraded"])
+async def test_another_instance_reading_the_session_retries_when_the_failing_one_is_gone(
+    fake_memories: MemoryFactory, state: str
+) -> None:
+    """HLT-002, HLT-006: the instance whose call failed is closed; another reads the
+    session (RETRY, or DEGRADED with a backlog) and nothing else. The memory retries (or
+    recovers) by itself: that instance's worker does it when the timer fires."""
+    summarizer = ScriptedSummarizer()
+    summarizer.fail_always()
+    if state == "retry":
+        cfg = config(full_zone_turns=2, retry_attempts=2, retry_backoff_base_s=0.3)
+    else:
+        cfg = config(full_zone_turns=2, retry_attempts=0, degraded_retry_interval_s=0.3)
+    a = fake_memories(cfg, summarizer=summarizer, lease_ttl_s=0.6)
+    b = fake_memories(cfg, summarizer=summarizer, lease_ttl_s=0.6)
+    for i in range(3):
+        await a.add_turn(turn(i))
+    await summarizer.wait_for_calls(1)
+    await asyncio.sleep(0.05)  # the failure is written
+    await a.aclose()
+    summarizer.succeed()
+    await b.get_llm_context()
+    assert b.health.value == state
+    for _ in range(20):  # 2 s: well past the 0.3 s timer
+        await asyncio.sleep(0.1)
+        await b.get_llm_context()
+        if b.health.value == "healthy":
+            break
+    assert b.health.value == "healthy" and len(summarizer.calls) == 2
