@@ -608,6 +608,13 @@ class MemoryDifferential(RuleBasedStateMachine):
         if recorder is None or model is None:
             return
         self._run(recorder.settle(quiet_s=0.01))
+        # A health change may show before its callback is queued (a backend that reports
+        # it once its store has answered): the callbacks get until they reach the health
+        # shown, within the kit's patience. Ones that never do still fail below.
+        waited = 0.0
+        while waited < patient(1.0) and _chain_end(recorder.health) != self.sut.health.value:
+            self._run(asyncio.sleep(0.01))
+            waited += 0.01
         users = [str(getattr(t, "user_message", t)) for t in recorder.turns]
         added = [t.rendered["user"] for t in model.turns]
         if users != added:
@@ -966,3 +973,8 @@ def _recent_difference(model: SpecModel, inner: dict[str, Any]) -> tuple[str, st
         )
     missing = [u for u in want if u not in got]
     return "BUD-004", f"{missing[0]!r} was evicted from recent although the view fits"
+
+
+def _chain_end(changes: list[tuple[str, str]]) -> str:
+    """The health the recorded ``(old, new)`` health callbacks end in."""
+    return changes[-1][1] if changes else "healthy"
