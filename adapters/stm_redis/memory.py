@@ -332,7 +332,7 @@ class RedisShortTermMemory:
             return {}
         snap = await self._refresh()
         state = snap.state
-        if state.pending or (state.backlog and state.health.degraded):
+        if state.backlog if state.health.degraded else state.pending:  # as take_batch, in O(1)
             # Work waits, maybe for a retry or recovery nobody else will make (the
             # instance whose call failed has gone): this one's worker sees to it
             # (HLT-002, HLT-006). A running worker makes this a no-op.
@@ -1170,7 +1170,6 @@ class RedisShortTermMemory:
         def finish(latest: MemoryState) -> tuple[str | None, str, Transition]:
             if latest.health.degraded != batch.recovering:
                 raise _Stale
-            dropped = 0
             if not batch.recovering:
                 # The call may have started on outcomes shown but not yet written (the
                 # next call starts as the last returns). If one of them was refused, an
@@ -1182,13 +1181,6 @@ class RedisShortTermMemory:
                         break
                     if entry.seq not in sent:
                         raise _Stale
-                # Turns of the batch the newest state dropped from a full backlog since
-                # (the batch was taken from a state read before): this summary covers
-                # them, so they are not lost after all (HLT-005), as for a recovery.
-                held = {e.seq for part in (latest.pending, latest.backlog) for e in part}
-                dropped = sum(
-                    e.seq > latest.summarized_through and e.seq not in held for e in batch.entries
-                )
             reason = error
             if reason is None:
                 assert summary is not None
@@ -1196,6 +1188,7 @@ class RedisShortTermMemory:
             old = latest.summary
             if reason is None:
                 assert summary is not None
+                dropped = 0 if batch.recovering else _dropped_since(latest, batch)
                 watermark.install(latest, batch, summary)
                 latest.dropped_turns -= dropped
                 change = latest.health.on_success()
@@ -1289,6 +1282,14 @@ class RedisShortTermMemory:
             return self._budget.refuse_summary(state, batch, summary)
         except Exception as exc:
             return f"token estimator raised {type(exc).__name__} on the summary: {exc}"
+
+
+def _dropped_since(latest: MemoryState, batch: watermark.Batch) -> int:
+    """How many turns of an ordinary batch ``latest`` dropped from a full backlog since the
+    batch was taken (from a state read before): its summary covers them, so they are not
+    lost after all (HLT-005), as ``watermark.install`` counts for a recovery."""
+    held = {e.seq for part in (latest.pending, latest.backlog) for e in part}
+    return sum(e.seq > latest.summarized_through and e.seq not in held for e in batch.entries)
 
 
 def _saved_as(revision: int) -> Callable[[MemoryState], None]:

@@ -7,6 +7,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import fakeredis
@@ -32,6 +33,52 @@ def _recent(view: Any) -> list[str]:
 
 def _raw(fake_server: Any) -> fakeredis.FakeAsyncRedis:
     return fakeredis.FakeAsyncRedis(server=fake_server)
+
+
+def _runs(lua: Any) -> Callable[[tuple[Any, ...]], bool]:
+    """Whether a command runs the script ``lua`` (by SHA, or sent whole)."""
+    return lambda args: args[1] in (lua.sha, lua.source)
+
+
+@dataclass
+class _Fault:
+    """Commands of a memory failing (:func:`_fail`): the ones that failed, an event set at
+    the first, and :meth:`end` to let commands through again."""
+
+    failed: list[tuple[Any, ...]]
+    happened: asyncio.Event
+    end: Callable[[], None]
+
+
+def _fail(
+    memory: RedisShortTermMemory,
+    pick: Callable[[tuple[Any, ...]], bool],
+    *,
+    reply_lost: bool,
+    once: bool = False,
+) -> _Fault:
+    """The commands of ``memory`` that ``pick(args)`` chooses fail (``once``: the first
+    only): run by the server, then their reply lost (``reply_lost``: a ``TimeoutError``,
+    as redis-py raises when a read times out), or refused before they reach it."""
+    client = memory._client
+    real = client.execute_command
+    fault = _Fault([], asyncio.Event(), lambda: setattr(client, "execute_command", real))
+
+    async def faulty(*args: Any, **kwargs: Any) -> Any:
+        chosen = pick(args) and not (once and fault.failed)
+        if chosen and not reply_lost:
+            fault.failed.append(args)
+            fault.happened.set()
+            raise redis_errors.ConnectionError("Connection refused")
+        reply = await real(*args, **kwargs)
+        if chosen:
+            fault.failed.append(args)
+            fault.happened.set()
+            raise redis_errors.TimeoutError("Timeout reading from socket")
+        return reply
+
+    client.execute_command = faulty  # type: ignore[method-assign]
+    return fault
 
 
 async def test_an_expired_session_is_seen_as_gone_by_an_instance_that_read_it(
@@ -689,20 +736,11 @@ async def test_a_stored_turn_sent_again_is_not_refused_by_the_error_policy(
     )
     memory = fake_memories(cfg)
     big = ConversationTurn("u" * 120, "a")
-    real = memory._client.execute_command
-
-    async def reply_lost(*args: Any, **kwargs: Any) -> Any:
-        reply = await real(*args, **kwargs)
-        commit = stm_memory._COMMIT
-        if args[:2] in ((b"EVALSHA", commit.sha), (b"EVAL", commit.source)):
-            raise redis_errors.TimeoutError("Timeout reading from socket")
-        return reply
-
-    memory._client.execute_command = reply_lost  # type: ignore[method-assign]
+    fault = _fail(memory, _runs(stm_memory._COMMIT), reply_lost=True)
     with pytest.raises(RedisMemoryError) as lost:
         await memory.add_turn(big, turn_id="req-1")
     assert lost.value.recorded is None
-    memory._client.execute_command = real  # type: ignore[method-assign]
+    fault.end()
     await memory.get_llm_context()  # the state read now holds the turn
     await memory.add_turn(big, turn_id="req-1")
     await memory.add_turn(big, turn_id="req-1")
@@ -750,21 +788,11 @@ async def test_a_replacement_retried_after_many_writes_overwrites_none_of_them(
     a, b = fake_memories(cfg, sync_client=None), fake_memories(cfg)
     await a.add_turn(turn(0))
     loaded = json.loads(json.dumps(a.to_dict()))
-    real = a._client.execute_command
-    lost = asyncio.Event()
-
-    async def replacement_reply_lost(*args: Any, **kwargs: Any) -> Any:
-        reply = await real(*args, **kwargs)
-        if not lost.is_set() and "bump:" in str(args[-1]):
-            lost.set()
-            raise redis_errors.TimeoutError("Timeout reading from socket")
-        return reply
-
-    a._client.execute_command = replacement_reply_lost  # type: ignore[method-assign]
+    fault = _fail(a, lambda args: "bump:" in str(args[-1]), reply_lost=True, once=True)
     a.from_dict(loaded)
-    await asyncio.wait_for(lost.wait(), 5)
+    await asyncio.wait_for(fault.happened.wait(), 5)
     await asyncio.sleep(0.01)
-    a._client.execute_command = real  # type: ignore[method-assign]
+    fault.end()
     if meanwhile == "clear":
         await b.clear()
     else:
@@ -786,13 +814,9 @@ async def test_a_persist_whose_revision_could_not_be_written_does_not_block_the_
     await memory.add_turn(turn(0))
     await memory.persist(inner, "k")
     await memory.add_turn(turn(1))
-    real = memory._client.execute_command
     down = False
-
-    async def refused(*args: Any, **kwargs: Any) -> Any:
-        if down and args[1] in (stm_memory._COMMIT.sha, stm_memory._COMMIT.source):
-            raise redis_errors.ConnectionError("Connection refused")
-        return await real(*args, **kwargs)
+    commit = _runs(stm_memory._COMMIT)
+    _fail(memory, lambda args: down and commit(args), reply_lost=False)
 
     class SavesThenRedisFails:
         async def save_memory_state(self, key: str, state: Any) -> None:
@@ -808,7 +832,6 @@ async def test_a_persist_whose_revision_could_not_be_written_does_not_block_the_
         async def load_memory_state(self, key: str) -> Any:
             return await inner.load_memory_state(key)
 
-    memory._client.execute_command = refused  # type: ignore[method-assign]
     with pytest.raises(RedisMemoryError):
         await memory.persist(SavesThenRedisFails(), "k")
     down = False
@@ -829,18 +852,11 @@ async def test_a_clear_that_fails_keeps_a_state_loaded_before_it(
     await memory.add_turn(turn(0))
     loaded = json.loads(json.dumps(memory.to_dict()))
     await memory.add_turn(turn(1))
-    real = memory._client.execute_command
-
-    async def clear_refused(*args: Any, **kwargs: Any) -> Any:
-        if args[1] in (stm_memory._CLEAR.sha, stm_memory._CLEAR.source):
-            raise redis_errors.ConnectionError("Connection refused")
-        return await real(*args, **kwargs)
-
-    memory._client.execute_command = clear_refused  # type: ignore[method-assign]
+    fault = _fail(memory, _runs(stm_memory._CLEAR), reply_lost=False)
     memory.from_dict(loaded)
     with pytest.raises(RedisMemoryError):
         await memory.clear()
-    memory._client.execute_command = real  # type: ignore[method-assign]
+    fault.end()
     await memory.get_llm_context()
     assert _recent(await peer.get_llm_context()) == ["u0"]
 
@@ -858,18 +874,10 @@ async def test_a_turn_stored_by_a_write_whose_reply_was_lost_is_reported_at_its_
 
     memory = fake_memories(config("truncation", on_turn_added=on_turn_added))
     await memory.add_turn(turn(0))
-    real = memory._client.execute_command
-
-    async def reply_lost(*args: Any, **kwargs: Any) -> Any:
-        reply = await real(*args, **kwargs)
-        if args[1] in (stm_memory._COMMIT.sha, stm_memory._COMMIT.source):
-            raise redis_errors.TimeoutError("Timeout reading from socket")
-        return reply
-
-    memory._client.execute_command = reply_lost  # type: ignore[method-assign]
+    fault = _fail(memory, _runs(stm_memory._COMMIT), reply_lost=True)
     with pytest.raises(RedisMemoryError) as lost:
         await memory.add_turn(turn(1))
-    memory._client.execute_command = real  # type: ignore[method-assign]
+    fault.end()
     assert lost.value.recorded is None and lost.value.turn_id is not None
     await memory.add_turn(turn(1), turn_id=lost.value.turn_id)
     await memory.add_turn(turn(1), turn_id=lost.value.turn_id)  # a second retry: once
@@ -903,23 +911,17 @@ async def test_an_outcome_written_whose_reply_was_lost_runs_its_callback(
         on_health_changed=on_health,
     )
     memory = fake_memories(cfg, summarizer=summarizer)
-    real = memory._client.execute_command
-    lost: list[bool] = []
+    commit = _runs(stm_memory._COMMIT)
 
-    async def outcome_reply_lost(*args: Any, **kwargs: Any) -> Any:
-        reply = await real(*args, **kwargs)
-        fenced = args[1] == stm_memory._COMMIT.sha and str(args[-1]).split(" ")[4] != "-"
-        if fenced and not lost:  # an outcome's write: the only fenced one
-            lost.append(True)
-            raise redis_errors.TimeoutError("Timeout reading from socket")
-        return reply
+    def an_outcome(args: tuple[Any, ...]) -> bool:  # the only writes that are fenced
+        return commit(args) and str(args[-1]).split(" ")[4] != "-"
 
-    memory._client.execute_command = outcome_reply_lost  # type: ignore[method-assign]
+    fault = _fail(memory, an_outcome, reply_lost=True, once=True)
     for i in range(2):
         await memory.add_turn(turn(i))
     await summarizer.wait_for_calls(1)
     await asyncio.sleep(0.2)
-    assert lost and len(summarizer.calls) == 1
+    assert fault.failed and len(summarizer.calls) == 1
     if outcome == "summary":
         assert len(summaries) == 1 and changes == []
     else:
