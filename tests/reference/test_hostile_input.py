@@ -10,6 +10,7 @@ import copy
 import json
 import logging
 import math
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -638,30 +639,54 @@ async def test_a_call_ignoring_its_cancellation_is_abandoned_at_the_timeout() ->
 
 
 @pytest.mark.requirement("HLT-006")
-async def test_no_recovery_interval_and_a_call_failing_at_once_never_freeze_the_loop() -> None:
-    async def fails_at_once(payload: Mapping[str, Any]) -> dict[str, str]:
-        raise RuntimeError("fails before its first await")
+def test_no_recovery_interval_and_a_call_failing_at_once_never_freeze_the_loop() -> None:
+    """The worker retries at once, forever, and every call fails before its first await:
+    other tasks still get turns of the loop in between. Counted in turns, not in time, so
+    that a busy machine cannot fail it; the loop runs in a thread of its own, so that a
+    frozen one fails the test instead of hanging it."""
+    calls = ticks = 0
 
-    memory = DefaultShortTermMemory(
-        config=_config(
-            budget=MemoryBudget(full_zone_turns=0), retry_attempts=0, degraded_retry_interval_s=0
-        ),
-        summarizer=fails_at_once,
-    )
-    ticks = 0
+    async def fails_at_once(payload: Mapping[str, Any]) -> dict[str, str]:
+        nonlocal calls
+        calls += 1
+        raise RuntimeError("fails before its first await")
 
     async def tick() -> None:
         nonlocal ticks
         while True:
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0)
             ticks += 1
 
-    ticker = asyncio.ensure_future(tick())
-    await memory.add_turn(ConversationTurn("u", "a"))
-    await asyncio.sleep(0.3)
-    ticker.cancel()
-    assert ticks >= 10, "the event loop was held by the summarizer worker"
-    await asyncio.wait_for(memory.aclose(), timeout=2)
+    async def scenario() -> None:
+        memory = DefaultShortTermMemory(
+            config=_config(
+                budget=MemoryBudget(full_zone_turns=0),
+                retry_attempts=0,
+                degraded_retry_interval_s=0,
+            ),
+            summarizer=fails_at_once,
+        )
+        ticker = asyncio.ensure_future(tick())
+        await memory.add_turn(ConversationTurn("u", "a"))
+        while calls < 200:  # noqa: ASYNC110 - polling a count the summarizer keeps
+            await asyncio.sleep(0)
+        ticker.cancel()
+        await asyncio.wait_for(memory.aclose(), timeout=2)
+
+    loop = threading.Thread(target=asyncio.run, args=(scenario(),), daemon=True)
+    loop.start()
+    deadline = time.monotonic() + 10
+    while calls < 200 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    seen_calls = calls
+    seen_ticks = ticks  # read second: it only grows, and it was >= calls - 1 before
+    loop.join(timeout=10)
+    assert seen_calls >= 200, f"only {seen_calls} summarizer calls in 10 s"
+    assert seen_ticks >= seen_calls - 1, (
+        f"the event loop was held by the summarizer worker: {seen_ticks} turns of the loop "
+        f"for other tasks in {seen_calls} calls"
+    )
+    assert not loop.is_alive()
 
 
 @pytest.mark.requirement("HLT-007")
