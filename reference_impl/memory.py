@@ -66,7 +66,7 @@ class DefaultShortTermMemory:
         if key is not None and not isinstance(key, MemoryKey):
             raise TypeError("key must be a MemoryKey")
         self._config = config
-        self._summarizer = summarizer
+        self._summarizer = None if summarizer is None else self._unless_replaced(summarizer)
         self._now = time_source or time.monotonic
         self._budget = Budget.for_config(config)
         self._size_of = self._budget.meter.size_of
@@ -393,6 +393,26 @@ class DefaultShortTermMemory:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(delay):
                 await changed.wait()
+
+    def _unless_replaced(self, summarizer: SummarizerFn) -> SummarizerFn:
+        """``summarizer``, unless the state the batch was taken from is gone when the call
+        starts. The worker takes the batch and invokes this at once, but the call runs as a
+        task of its own, which starts on a later turn of the loop: a ``from_dict`` may come
+        in between. Called then, the summarizer would get turns the loaded state sends
+        again, and two calls would succeed for them (WM-004). The call fails instead, and
+        the worker drops it with its state."""
+
+        def summarize(payload: Mapping[str, Any]) -> Coroutine[Any, Any, Mapping[str, Any]]:
+            taken_from = self._state
+
+            async def call() -> Mapping[str, Any]:
+                if self._state is not taken_from:
+                    raise RuntimeError("the state was replaced before the call started")
+                return await summarizer(payload)
+
+            return call()
+
+        return summarize
 
     async def _call(self, batch: watermark.Batch) -> tuple[str | None, str | None]:
         """Run one summarizer call; returns ``(summary, None)`` or ``(None, reason)``."""

@@ -1270,8 +1270,18 @@ class RedisShortTermMemory:
 
     async def _call(self, batch: watermark.Batch) -> tuple[str | None, str | None]:
         """Run one summarizer call; returns ``(summary, None)`` or ``(None, reason)``."""
-        assert self._summarizer is not None
-        return await call_summarizer(self._summarizer, batch, self._config.summarizer_timeout_s)
+        summarizer, replacements = self._summarizer, self._replacements
+        assert summarizer is not None
+
+        async def unless_replaced(payload: Mapping[str, Any]) -> Mapping[str, Any]:
+            # The call runs as a task of its own, which starts on a later turn of the loop:
+            # after a from_dict come in between, the loaded state sends these turns itself
+            # (WM-004), as in the reference.
+            if self._replacements != replacements:
+                raise RuntimeError("the state was replaced before the call started")
+            return await summarizer(payload)
+
+        return await call_summarizer(unless_replaced, batch, self._config.summarizer_timeout_s)
 
     def _reject_summary(
         self, state: MemoryState, batch: watermark.Batch, summary: str

@@ -957,3 +957,35 @@ async def test_another_instance_reading_the_session_retries_when_the_failing_one
         if b.health.value == "healthy":
             break
     assert b.health.value == "healthy" and len(summarizer.calls) == 2
+
+
+async def test_a_call_begun_before_a_from_dict_never_reaches_the_summarizer(
+    fake_memories: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WM-004: the worker has its batch and starts the call, and ``from_dict`` replaces the
+    state before the summarizer runs. The call belongs to the replaced state, so it must
+    not reach the summarizer: the loaded state sends the same turns in a call of its own,
+    and the turns would go to two successful calls."""
+    calls: list[list[str]] = []
+
+    async def summarize(payload: Any) -> Any:
+        calls.append(users(payload["turns"]))
+        return {"summary": " ".join(calls[-1])}
+
+    memory = fake_memories(config(full_zone_turns=1), summarizer=summarize)
+    real = stm_memory.call_summarizer
+    replaced: list[bool] = []
+
+    async def replacing_first(summarizer: Any, batch: Any, timeout_s: Any) -> Any:
+        if not replaced:
+            replaced.append(True)
+            memory.from_dict(memory.to_dict())
+        return await real(summarizer, batch, timeout_s)
+
+    monkeypatch.setattr(stm_memory, "call_summarizer", replacing_first)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))  # u0 pending: the worker starts a call
+    await asyncio.wait_for(memory.flush(), 5)
+    assert replaced
+    assert calls == [["u0"]]
+    assert memory.to_dict()["summary"] == "u0"

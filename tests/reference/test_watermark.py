@@ -265,6 +265,35 @@ async def test_flush_returns_when_the_state_is_replaced_meanwhile() -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.requirement("WM-004")
+async def test_a_call_the_replaced_state_began_never_reaches_the_summarizer() -> None:
+    """The worker took a batch and started its call, but the summarizer had not run yet when
+    ``from_dict`` replaced the state. A call reaching the summarizer after ``from_dict``
+    returned would send the loaded state's turns a second time: its outcome is dropped and
+    the loaded state sends them again (two successful calls for one turn)."""
+    summarizer = GatedSummarizer()
+    memory = DefaultShortTermMemory(config=rolling(), summarizer=summarizer)
+    for index in range(3):
+        await memory.add_turn(make_turn(index))
+    await asyncio.sleep(0)  # the worker takes u0 and u1 and starts the call
+    assert summarizer.payloads == []  # ... which has not reached the summarizer yet
+    memory.from_dict(memory.to_dict())
+
+    async def release_all() -> None:
+        while True:
+            for gate in summarizer.gates:
+                gate.set()
+            await asyncio.sleep(0.001)
+
+    releasing = asyncio.create_task(release_all())
+    await asyncio.wait_for(memory.flush(), timeout=5)
+    releasing.cancel()
+    assert [users(p["turns"]) for p in summarizer.payloads] == [["u0", "u1"]]
+    assert memory.to_dict()["summary"] == "u0 u1"
+    await memory.aclose()
+
+
+@pytest.mark.anyio
 @pytest.mark.requirement("WM-008", "HLT-007", "HLT-008")
 @pytest.mark.parametrize("retry_attempts", [0, 1])
 async def test_hung_summarizer_times_out_and_flush_returns(retry_attempts: int) -> None:
