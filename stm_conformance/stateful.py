@@ -206,6 +206,8 @@ class MemoryDifferential(RuleBasedStateMachine):
         #: Calls in flight when ``from_dict`` replaced the state: their outcome belongs to
         #: the replaced state and changes nothing (WM-004).
         self.discarded: set[int] = set()
+        #: How many summarizer calls had been made when ``reload`` last replaced the state.
+        self.reloaded_at: int | None = None
         #: The model's summary when each call started, for calls that started during a step
         #: with no install in it (a call starting right after an install is sent that one).
         self.started_with: dict[int, str] = {}
@@ -283,9 +285,32 @@ class MemoryDifferential(RuleBasedStateMachine):
             self.replayed += 1
             problem = self.model.check_call(calls[index], self.started_with.get(index))
             if problem is not None:
-                self.step.problem = self.step.problem or problem
+                self.step.problem = self.step.problem or self._after_reload(index, problem)
                 return
             self.model.install(calls[index], str(outputs[index]))
+
+    def _after_reload(self, index: int, problem: tuple[str, str]) -> tuple[str, str]:
+        """``problem`` with call ``index``, and the cause when an earlier call made since
+        the last reload was sent the same first turn: the replaced state's call reached the
+        summarizer after ``from_dict`` returned, and the loaded state sent its turns again."""
+        calls = self.summarizer.calls
+        if self.reloaded_at is None or index < self.reloaded_at:
+            return problem
+        first = _users(calls[index].get("turns"))[:1]
+        twice = [
+            earlier
+            for earlier in range(self.reloaded_at, index)
+            if first and _users(calls[earlier].get("turns"))[:1] == first
+        ]
+        if not twice:
+            return problem
+        requirement, why = problem
+        return requirement, (
+            f"{why}. Call #{twice[0] + 1}, made after from_dict() returned, was sent the same "
+            f"first turn as this one (call #{index + 1}): a call the replaced state began "
+            "must not reach the summarizer once from_dict() has returned, since the loaded "
+            "state sends those turns itself"
+        )
 
     def _settle(self, requirement: str, what: str) -> None:
         """Release calls and flush until the backend rests: the model has nothing pending
@@ -490,6 +515,7 @@ class MemoryDifferential(RuleBasedStateMachine):
         self.summarizer = ScriptedSummarizer(max_chars=SUMMARY_CHARS, decide_on_release=True)
         self.summarizer.hold()
         self.held_from = self.replayed = 0
+        self.reloaded_at = None
         self.discarded = set()
         self.started_with = {}
 
@@ -519,6 +545,7 @@ class MemoryDifferential(RuleBasedStateMachine):
             return
         self._note("from_dict", state)
         self.sut.from_dict(state)
+        self.reloaded_at = len(self.summarizer.calls)
         self.discarded.update(range(self.replayed, len(self.summarizer.calls)))
         self._run(asyncio.sleep(0))
         self._note_call_starts()
