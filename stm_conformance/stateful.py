@@ -291,23 +291,26 @@ class MemoryDifferential(RuleBasedStateMachine):
 
     def _after_reload(self, index: int, problem: tuple[str, str]) -> tuple[str, str]:
         """``problem`` with call ``index``, and the cause when an earlier call made since
-        the last reload was sent the same first turn: the replaced state's call reached the
-        summarizer after ``from_dict`` returned, and the loaded state sent its turns again."""
-        calls = self.summarizer.calls
+        the last reload succeeded with the same first turn: the replaced state's call reached
+        the summarizer after ``from_dict`` returned, and the loaded state sent its turns
+        again. (A failed call's turns are sent again by right.)"""
+        calls, outputs = self.summarizer.calls, self.summarizer.outputs
         if self.reloaded_at is None or index < self.reloaded_at:
             return problem
         first = _users(calls[index].get("turns"))[:1]
         twice = [
             earlier
             for earlier in range(self.reloaded_at, index)
-            if first and _users(calls[earlier].get("turns"))[:1] == first
+            if first
+            and outputs[earlier] is not None
+            and _users(calls[earlier].get("turns"))[:1] == first
         ]
         if not twice:
             return problem
         requirement, why = problem
         return requirement, (
-            f"{why}. Call #{twice[0] + 1}, made after from_dict() returned, was sent the same "
-            f"first turn as this one (call #{index + 1}): a call the replaced state began "
+            f"{why}. Call #{twice[0] + 1}, made after from_dict() returned, succeeded with the "
+            f"same first turn as this one (call #{index + 1}): a call the replaced state began "
             "must not reach the summarizer once from_dict() has returned, since the loaded "
             "state sends those turns itself"
         )

@@ -1275,7 +1275,7 @@ class RedisShortTermMemory:
 
         async def unless_replaced(payload: Mapping[str, Any]) -> Mapping[str, Any]:
             # The call runs as a task of its own, which starts on a later turn of the loop:
-            # after a from_dict come in between, the loaded state sends these turns itself
+            # after a from_dict that came in between, the loaded state sends these turns itself
             # (WM-004), as in the reference.
             if self._replacements != replacements:
                 raise RuntimeError("the state was replaced before the call started")

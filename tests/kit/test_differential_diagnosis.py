@@ -64,7 +64,7 @@ def test_a_call_reaching_the_summarizer_after_from_dict_is_blamed_with_its_cause
         machine.teardown()
     assert requirement_of(failed.value) == "WM-004"
     message = str(failed.value)
-    assert "Call #1, made after from_dict() returned, was sent the same first turn" in message
+    assert "Call #1, made after from_dict() returned, succeeded with the same first turn" in message
     assert "this one (call #2)" in message
 
 
