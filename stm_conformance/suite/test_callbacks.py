@@ -156,7 +156,10 @@ async def test_slow_summary_and_health_callbacks_never_delay_flush(
     taking 30s each, they delay neither ``add_turn`` nor ``flush()``."""
 
     async def turns_and_flushes(callbacks: RecordingCallbacks, summarizer: Any) -> None:
-        cfg = config(full_zone_turns=1, **callbacks.config_kwargs())
+        # A backoff long enough that only a timer of the memory's own retries the call:
+        # with a shorter one, a backend that retries only when called next (HLT-002) would
+        # pass or fail the two runs below by chance, as its process is scheduled.
+        cfg = config(full_zone_turns=1, retry_backoff_base_s=0.05, **callbacks.config_kwargs())
         memory = await make_memory(cfg, summarizer=summarizer)
         summarizer.fail_next(1, mode="raise")  # health changes too: to RETRY and back
         for i in range(4):
