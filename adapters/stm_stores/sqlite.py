@@ -95,7 +95,8 @@ class SQLiteStateStore:
     of objects with distinct integer ``seq``) is kept one row per turn: a save writes the
     turns that are new or changed since this store's last write or read of the key, and
     deletes those that left, so a turn's persist costs the size of the change. Any other
-    state is kept whole.
+    state is kept whole. Every process that opens a file must run this version of the
+    store: an older one writes states whole and leaves the turn rows in place.
 
     Blocking calls run one at a time in a thread of the store's own (started on first
     use, ended after 10 s idle), over one connection opened on first use. ``timeout_s``
@@ -314,9 +315,7 @@ class SQLiteStateStore:
         else:
             if row is not None and row[2] is not None:
                 conn.execute(_DELETE_TURNS, (key,))
-            conn.executemany(
-                _PUT_TURN, ((key, seq, text) for seq, (_, text) in record.turns.items())
-            )
+            conn.executemany(_PUT_TURN, ((key, seq, turn[1]) for seq, turn in record.turns.items()))
         conn.execute(_UPSERT, (key, record.revision, record.head, now, record.layout, stamp))
         return Rows(stamp, record.turns)
 
@@ -384,6 +383,10 @@ class SQLiteStateStore:
                         try:
                             result, rows = write.operation(conn)
                         except Exception as exc:
+                            if not conn.in_transaction:
+                                # SQLite ended the whole transaction (a full disk): every
+                                # write of the batch fails, with this cause.
+                                raise
                             conn.execute("ROLLBACK TO write")
                             conn.execute("RELEASE write")
                             write.fail(self._wrap(exc, write))

@@ -10,6 +10,7 @@ one turn, not the conversation.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,8 +26,9 @@ __all__ = ["TURN_LISTS", "Rows", "Split", "join_rows", "split_state"]
 TURN_LISTS = ("turns", "pending", "backlog")
 
 #: A turn as a store keeps it: a private copy to compare the next save's turn against (its
-#: containers the store's own; see ``_sharing``) and its JSON text.
-Turn = tuple[dict[str, Any], str]
+#: containers the store's own; see ``_sharing``), its JSON text, and the dict it was saved
+#: from (``None`` for a turn loaded).
+Turn = tuple[dict[str, Any], str, object]
 
 
 _NONE: Mapping[int, Turn] = {}
@@ -63,9 +65,12 @@ def split_state(key: str, state: object, base: Rows | None) -> Split | None:
     (then it is kept whole). Raises ``InvalidStateError`` for what no store can keep,
     as :func:`~stm_stores.codec.encode_state` does for a whole state.
 
-    A turn equal (``==``) to the one ``base`` holds under its seq is not encoded again.
-    Values that compare equal across JSON types (``1``, ``1.0``, ``True``) therefore keep
-    the form first stored for that seq; ``to_dict`` never changes a turn's types.
+    A turn equal to the one ``base`` holds under its seq is not encoded again. Equal means
+    ``==`` and the same JSON: values that compare equal across types (``1``, ``1.0``,
+    ``True``; ``0.0`` and ``-0.0``; a ``Decimal``) differ. The dict a turn was last saved
+    from, given again, is compared with ``==`` alone: a turn changed in place from one of
+    those values to another equal one is not written (a memory never changes a turn it
+    gave a store; give a new dict for a changed turn).
     """
     if not isinstance(state, Mapping):
         return None
@@ -87,13 +92,20 @@ def split_state(key: str, state: object, base: Rows | None) -> Split | None:
             if type(seq) is not int or not _SEQ_MIN <= seq <= _SEQ_MAX or seq in turns:
                 # Not a memory state, or a seq no row can hold: kept whole.
                 return None
-            cached = known(seq)
-            if cached is not None and cached[0] == item:
-                turns[seq] = cached
-            else:
-                turns[seq] = _encode(key, item)
-                changed.append(seq)
             seqs.append(seq)
+            cached = known(seq)
+            if cached is not None:
+                try:
+                    # The dict saved last time, given again (a memory's next persist): its
+                    # leaves are the copy's, and == compares them by identity. Any other
+                    # dict: equal values of another type would be written as other JSON.
+                    if cached[0] == item and (cached[2] is item or _same_json(cached[0], item)):
+                        turns[seq] = cached
+                        continue
+                except RecursionError:  # too deep to compare: encoded again (and refused)
+                    pass
+            turns[seq] = _encode(key, item)
+            changed.append(seq)
     revision, head = encode_state(key, {k: v for k, v in state.items() if k not in lists})
     layout_json = json.dumps(layout, separators=(",", ":"))
     return Split(revision, head, layout_json, turns, base, changed)
@@ -106,7 +118,7 @@ def join_rows(
     the turns to remember. Raises ``CorruptStateError`` if they do not fit together."""
     try:
         lists = json.loads(layout)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, RecursionError) as exc:
         raise CorruptStateError(f"stored turn layout is not valid JSON: {exc}", key=key) from exc
     if (
         not isinstance(lists, dict)
@@ -126,7 +138,7 @@ def join_rows(
             raise CorruptStateError(f"stored turn {seq!r} does not match its row", key=key)
         # A turn's keys are the few of to_dict(): interned, they are the very objects a
         # memory's turn dicts use, which makes comparing them cheap (see _sharing).
-        turns[seq] = ({sys.intern(k): v for k, v in turn.items()}, text)
+        turns[seq] = ({sys.intern(k): v for k, v in turn.items()}, text, None)
     state = head
     for name, seqs in lists.items():
         missing = [seq for seq in seqs if seq not in turns]
@@ -148,6 +160,22 @@ def _own_containers(turn: Turn) -> dict[str, Any]:
     return copied
 
 
+def _same_json(stored: Any, given: Any) -> bool:
+    """Whether ``given``, equal (``==``) to ``stored``, also has its types throughout."""
+    if stored is given:
+        return True
+    kind = type(stored)
+    if kind is not type(given):
+        return False
+    if kind is dict:
+        return all(_same_json(value, given[key]) for key, value in stored.items())
+    if kind is list:
+        return all(map(_same_json, stored, given))
+    if kind is float:  # 0.0 == -0.0
+        return math.copysign(1.0, stored) == math.copysign(1.0, given)
+    return True
+
+
 def _encode(key: str, turn: dict[str, Any]) -> Turn:
     try:
         text = json.dumps(turn, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -161,9 +189,9 @@ def _encode(key: str, turn: dict[str, Any]) -> Turn:
             key=key,
         )
     try:
-        return _sharing(turn, decoded), text
+        return _sharing(turn, decoded), text, turn
     except RecursionError:  # nested deeper than Python frames allow: the plain copy
-        return decoded, text
+        return decoded, text, turn
 
 
 #: Immutable values a store's private copy may share with the caller's turn (exact types:

@@ -440,6 +440,102 @@ async def test_a_turn_changed_in_place_after_a_save_is_written_again(db_path: Pa
         assert await store.load_memory_state(KEY) == state
 
 
+@pytest.mark.parametrize(("first", "then"), [(1, True), (1, 1.0), (0.0, -0.0), (False, 0)])
+async def test_a_turn_changed_to_an_equal_value_of_another_type_is_written(
+    db_path: Path, first: Any, then: Any
+) -> None:
+    """``1 == True == 1.0`` and ``0.0 == -0.0``, but their JSON differs: a turn that changed
+    from one to the other under its seq, given in a new dict (as from ``to_dict()`` or a
+    memory's ``from_dict``), is written."""
+    async with SQLiteStateStore(db_path) as store:
+        state = memory_state(1, [1, 2])
+        state["turns"][0]["artifacts_shown"] = {"x": first}
+        await store.save_memory_state_if(KEY, state, expected_revision=None)
+        again = json.loads(json.dumps(state))  # new dicts, as from to_dict()
+        again["revision"] = 2
+        again["turns"][0]["artifacts_shown"] = {"x": then}
+        with written_turns(db_path) as written:
+            await store.save_memory_state_if(KEY, again, expected_revision=1)
+        assert written == [1]
+    async with SQLiteStateStore(db_path) as reopened:
+        loaded = await reopened.load_memory_state(KEY)
+    assert loaded is not None
+    assert repr(loaded["turns"][0]["artifacts_shown"]["x"]) == repr(then)
+
+
+async def test_a_value_no_store_can_keep_is_refused_though_it_equals_the_stored_one(
+    db_path: Path,
+) -> None:
+    """A ``Decimal`` equal to the stored number is refused as a store without that turn
+    would refuse it, and the record is left as it was."""
+    from decimal import Decimal
+
+    async with SQLiteStateStore(db_path) as store:
+        state = memory_state(1, [1])
+        state["turns"][0]["artifacts_shown"] = {"x": 1}
+        await store.save_memory_state_if(KEY, state, expected_revision=None)
+        bad = json.loads(json.dumps(state))
+        bad["revision"] = 2
+        bad["turns"][0]["artifacts_shown"] = {"x": Decimal(1)}
+        with pytest.raises(InvalidStateError):
+            await store.save_memory_state_if(KEY, bad, expected_revision=1)
+        assert await store.load_memory_state(KEY) == state
+
+
+async def test_a_turn_too_deep_to_compare_from_where_it_is_saved_is_refused_typed(
+    db_path: Path,
+) -> None:
+    """Saved again from deeper in the stack, a turn nested near Python's limit cannot be
+    compared with the kept copy: the save fails as a first save of it would, with
+    ``InvalidStateError``, not a bare ``RecursionError``."""
+    nested: list[Any] = []
+    for _ in range(sys.getrecursionlimit() - 100):
+        nested = [nested]
+    state = {"revision": 1, "turns": [{"seq": 1, "deep": nested}]}
+
+    async def deeper(frames: int) -> None:
+        if frames:
+            return await deeper(frames - 1)
+        await store.save_memory_state(KEY, state)
+
+    async with SQLiteStateStore(db_path) as store:
+        await store.save_memory_state(KEY, state)
+        with pytest.raises(InvalidStateError):
+            await deeper(150)
+        await store.save_memory_state(KEY, memory_state(2, [1]))
+        assert await store.load_memory_state(KEY) == memory_state(2, [1])
+
+
+async def test_a_full_disk_fails_every_write_of_the_batch_with_that_cause(
+    db_path: Path,
+) -> None:
+    """SQLite ends the whole transaction when the disk is full: every write sharing it
+    fails with that cause, and none lands."""
+    async with SQLiteStateStore(db_path) as store:
+        await store.save_memory_state("a", memory_state(1, [1]))
+        await store.save_memory_state("b", memory_state(1, [1]))
+        conn = store._conn
+        assert conn is not None
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count={pages + 3}")  # a nearly full disk
+        big = memory_state(2, [1, 2])
+        big["turns"][1]["user_message"] = "x" * 200_000
+        outcomes = await asyncio.gather(
+            store.save_memory_state("first", {"revision": 0}),  # the others batch behind it
+            store.save_memory_state_if("a", memory_state(2, [1, 2]), expected_revision=1),
+            store.save_memory_state_if("b", big, expected_revision=1),
+            store.save_memory_state_if("c", memory_state(1, [1]), expected_revision=None),
+            return_exceptions=True,
+        )
+        conn.execute("PRAGMA max_page_count=1000000")
+        failed = [o for o in outcomes[1:] if isinstance(o, StateStoreError)]
+        assert len(failed) == 3, outcomes
+        assert all("database or disk is full" in str(error) for error in failed), failed
+        assert await store.load_memory_state("a") == memory_state(1, [1])
+        assert await store.load_memory_state("b") == memory_state(1, [1])
+        assert await store.load_memory_state("c") is None
+
+
 async def test_a_loaded_state_shares_text_with_the_store_but_not_containers(
     db_path: Path,
 ) -> None:
@@ -588,6 +684,7 @@ async def test_other_states_are_kept_whole(db_path: Path, state: dict[str, Any])
         "UPDATE memory_turn SET turn = '{\"seq\": 9}' WHERE seq = 2",
         "UPDATE memory_state SET layout = '[1, 2]'",
         'UPDATE memory_state SET layout = \'{"turns": ["1"]}\'',
+        f"UPDATE memory_state SET layout = '{'[' * 100_000}{']' * 100_000}'",
     ],
 )
 async def test_damaged_turn_rows_are_reported(db_path: Path, damage: str) -> None:
@@ -711,3 +808,26 @@ async def test_durability_is_full_unless_asked(db_path: Path) -> None:
         assert store._conn.execute("PRAGMA synchronous").fetchone() == (2,)
     with pytest.raises(ValueError, match="durability"):
         SQLiteStateStore(db_path, durability="off")  # type: ignore[arg-type]
+
+
+async def test_a_memory_loaded_with_values_of_other_types_saves_them(db_path: Path) -> None:
+    """A memory persisted, then given (``from_dict``) its own state with artifact values
+    changed to equal ones of other types, under the same seqs: saved, they load as given."""
+    from reference_impl import ConversationTurn, DefaultShortTermMemory, ShortTermMemoryConfig
+
+    config = ShortTermMemoryConfig(strategy="truncation")
+    async with SQLiteStateStore(db_path) as store:
+        memory = DefaultShortTermMemory(config=config)
+        await memory.add_turn(
+            ConversationTurn("u", "a", artifacts_shown={"count": 1, "score": 0.0}, ts=1.0)
+        )
+        await memory.persist(store, KEY)
+        edited = json.loads(json.dumps(memory.to_dict()))
+        edited["turns"][0]["artifacts_shown"] = {"count": True, "score": -0.0}
+        memory.from_dict(edited)
+        await store.save_memory_state(KEY, memory.to_dict())
+    async with SQLiteStateStore(db_path) as reopened:
+        fresh = DefaultShortTermMemory(config=config)
+        await fresh.hydrate(reopened, KEY)
+    shown = fresh.to_dict()["turns"][0]["artifacts_shown"]
+    assert repr(shown) == repr({"count": True, "score": -0.0})
