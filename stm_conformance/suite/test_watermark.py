@@ -23,6 +23,7 @@ from stm_conformance.checks import (
     users,
 )
 from stm_conformance.contract import MemoryKey
+from stm_conformance.fixtures import ADD_TURN_LIMIT_S, PreconditionError
 
 pytestmark = [pytest.mark.stm_capability("rolling_summary")]
 req = pytest.mark.stm_requirement
@@ -196,6 +197,68 @@ async def test_at_most_one_call_in_flight_across_a_from_dict(make_memory):
         memory.flush(), what="WM-007: flush() with every summarizer call succeeding"
     )
     assert peak == 1, f"{peak} summarizer calls overlapped after from_dict during a call"
+
+
+#: Turns of the event loop after a turn is evicted at which the next check reloads the
+#: state: from before the memory's summarizer call starts to after it reaches the
+#: summarizer, for backends that take a few turns (or round trips) to start one.
+RELOAD_AFTER_TURNS = 24
+
+
+@req("WM-004")
+@pytest.mark.stm_capability("serialization")
+async def test_a_call_begun_before_a_reload_never_reaches_the_summarizer_after_it(make_memory):
+    """``from_dict(to_dict())`` right after a turn is evicted, at each of the first turns
+    of the event loop: wherever it lands while the memory starts its call, each turn
+    reaches exactly one successful call of those made after ``from_dict`` returned. A call
+    the replaced state began but that reaches the summarizer only after the reload would
+    send the turn a second time, besides the loaded state's own call."""
+    for turns_before in range(RELOAD_AFTER_TURNS):
+        summarizer = ScriptedSummarizer()
+        summarizer.hold()  # no call ends before the reload: u0 is pending in what it loads
+        memory = await make_memory(config(full_zone_turns=1), summarizer=summarizer)
+        await memory.add_turn(turn(0))
+        await _bare_add_turn(memory, turn(1))  # u0 evicted: the memory starts a call for it
+        for _ in range(turns_before):
+            await asyncio.sleep(0)
+        memory.from_dict(json.loads(json.dumps(memory.to_dict())))
+        reloaded_at = len(summarizer.calls)
+        summarizer.release()
+        await returns_within(
+            memory.flush(), what="WM-007: flush() after a reload, every call succeeding"
+        )
+        after = [
+            users(call["turns"])
+            for call, output in zip(
+                summarizer.calls[reloaded_at:], summarizer.outputs[reloaded_at:], strict=True
+            )
+            if output is not None
+        ]
+        sent = sum(call.count("u0") for call in after)
+        assert sent == 1, (
+            f"WM-004: reloaded {turns_before} turns of the event loop after u0 was evicted: "
+            f"the successful calls made after from_dict returned were {after}, so u0 went to "
+            f"{sent} of them, not 1"
+            + (
+                " (a call the replaced state began reached the summarizer after from_dict "
+                "returned, besides the loaded state's own)"
+                if sent > 1
+                else ""
+            )
+        )
+
+
+async def _bare_add_turn(memory: Any, t: Any) -> None:
+    """The backend's own ``add_turn``, awaited where the caller is: the checked one runs it
+    as a task and looks at the view after it, which lets the loop turn a few times."""
+    try:
+        async with asyncio.timeout(patient(ADD_TURN_LIMIT_S)):
+            await memory._stm_memory.add_turn(t)
+    except TimeoutError:
+        raise PreconditionError(
+            f"WM-001: add_turn did not return within {patient(ADD_TURN_LIMIT_S):g}s while "
+            "the summarizer call was held"
+        ) from None
 
 
 @req("WM-006", "WM-004")
