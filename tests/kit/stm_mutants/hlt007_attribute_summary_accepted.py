@@ -7,7 +7,7 @@ dataclasses): a reply that is not a mapping but has a ``summary`` attribute is r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from reference_impl import watermark
@@ -24,11 +24,16 @@ class DuckTypedMemory(DefaultShortTermMemory):
         summarizer = self._summarizer
         assert summarizer is not None
 
-        async def read(payload: Mapping[str, Any]) -> Any:
-            reply = await summarizer(payload)
-            if not isinstance(reply, Mapping) and hasattr(reply, "summary"):
-                return {"summary": reply.summary}  # MUTATION: a response object accepted
-            return reply
+        def read(payload: Mapping[str, Any]) -> Coroutine[Any, Any, Any]:
+            call = summarizer(payload)  # at once, as the reference calls it
+
+            async def reply() -> Any:
+                answer = await call
+                if not isinstance(answer, Mapping) and hasattr(answer, "summary"):
+                    return {"summary": answer.summary}  # MUTATION: a response object accepted
+                return answer
+
+            return reply()
 
         return await call_summarizer(read, batch, self._config.summarizer_timeout_s)
 

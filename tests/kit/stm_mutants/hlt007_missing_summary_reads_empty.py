@@ -7,7 +7,7 @@ success that installs ``""``, covering the turns sent. Replies that are no mappi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from reference_impl import watermark
@@ -24,11 +24,16 @@ class LenientReplyMemory(DefaultShortTermMemory):
         summarizer = self._summarizer
         assert summarizer is not None
 
-        async def read(payload: Mapping[str, Any]) -> Any:
-            reply = await summarizer(payload)
-            if isinstance(reply, Mapping):
-                return {"summary": reply.get("summary", "")}  # MUTATION: default ""
-            return reply
+        def read(payload: Mapping[str, Any]) -> Coroutine[Any, Any, Any]:
+            call = summarizer(payload)  # at once, as the reference calls it
+
+            async def reply() -> Any:
+                answer = await call
+                if isinstance(answer, Mapping):
+                    return {"summary": answer.get("summary", "")}  # MUTATION: default ""
+                return answer
+
+            return reply()
 
         return await call_summarizer(read, batch, self._config.summarizer_timeout_s)
 
