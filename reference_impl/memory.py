@@ -31,7 +31,7 @@ from .types import (
     ShortTermMemoryConfig,
 )
 
-__all__ = ["DefaultShortTermMemory", "call_summarizer", "saved_for"]
+__all__ = ["DefaultShortTermMemory", "call_summarizer", "saved_for", "unless_replaced"]
 
 logger = logging.getLogger("reference_impl.memory")
 
@@ -395,24 +395,9 @@ class DefaultShortTermMemory:
                 await changed.wait()
 
     def _unless_replaced(self, summarizer: SummarizerFn) -> SummarizerFn:
-        """``summarizer``, unless the state the batch was taken from is gone when the call
-        starts. The worker takes the batch and invokes this at once, but the call runs as a
-        task of its own, which starts on a later turn of the loop: a ``from_dict`` may come
-        in between. Called then, the summarizer would get turns the loaded state sends
-        again, and two calls would succeed for them (WM-004). The call fails instead, and
-        the worker drops it with its state."""
-
-        def summarize(payload: Mapping[str, Any]) -> Coroutine[Any, Any, Mapping[str, Any]]:
-            taken_from = self._state
-
-            async def call() -> Mapping[str, Any]:
-                if self._state is not taken_from:
-                    raise RuntimeError("the state was replaced before the call started")
-                return await summarizer(payload)
-
-            return call()
-
-        return summarize
+        """``summarizer``, for calls that fail unstarted once ``from_dict`` replaced the
+        state their batch came from (:func:`unless_replaced`)."""
+        return unless_replaced(summarizer, lambda: self._state)
 
     async def _call(self, batch: watermark.Batch) -> tuple[str | None, str | None]:
         """Run one summarizer call; returns ``(summary, None)`` or ``(None, reason)``."""
@@ -429,6 +414,31 @@ class DefaultShortTermMemory:
             return self._budget.refuse_summary(state, batch, summary)
         except Exception as exc:
             return f"token estimator raised {type(exc).__name__} on the summary: {exc}"
+
+
+def unless_replaced(summarizer: SummarizerFn, current: Callable[[], object]) -> SummarizerFn:
+    """``summarizer``, for a memory whose state ``current()`` names: an object that stays
+    the same (``is``) while nothing replaces the state, such as the state itself or a
+    count of replacements.
+
+    The worker takes a batch and invokes this at once, which notes ``current()``, but the
+    call runs as a task of its own (:func:`call_summarizer`), which starts on a later turn
+    of the loop: a ``from_dict`` may come in between. Called then, the summarizer would get
+    turns the loaded state sends again, and two calls would succeed for them (WM-004). The
+    call fails instead, and the worker drops it with the replaced state.
+    """
+
+    def summarize(payload: Mapping[str, Any]) -> Coroutine[Any, Any, Mapping[str, Any]]:
+        taken_from = current()
+
+        async def call() -> Mapping[str, Any]:
+            if current() is not taken_from:
+                raise RuntimeError("the state was replaced before the call started")
+            return await summarizer(payload)
+
+        return call()
+
+    return summarize
 
 
 async def call_summarizer(

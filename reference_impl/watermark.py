@@ -8,13 +8,22 @@ pending (WM-003). ``summarized_through`` is the watermark.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .entries import Entry, MemoryState
 from .health import DEGRADED_STATES
 from .types import ShortTermMemoryConfig
 
-__all__ = ["Batch", "admit", "degrade", "evict_oldest_recent", "install", "take_batch"]
+__all__ = [
+    "Batch",
+    "admit",
+    "degrade",
+    "evict_oldest_recent",
+    "install",
+    "take_batch",
+    "waiting",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +91,14 @@ def degrade(state: MemoryState, config: ShortTermMemoryConfig) -> None:
     state.visible_size = 0
 
 
+def waiting(state: MemoryState) -> Sequence[Entry]:
+    """The turns waiting for a summarizer call: pending, or the backlog when degraded."""
+    return state.backlog if state.health.degraded else state.pending
+
+
 def take_batch(state: MemoryState) -> Batch | None:
     """The turns the next summarizer call covers: all pending, or the backlog when degraded."""
-    source = state.backlog if state.health.degraded else state.pending
+    source = waiting(state)
     if not source:
         return None
     return Batch(tuple(source), state.summary, recovering=state.health.degraded)

@@ -43,7 +43,7 @@ from reference_impl.callbacks import CallbackQueue
 from reference_impl.entries import Entry, MemoryState, render_view
 from reference_impl.health import HealthMachine, Transition
 from reference_impl.inputs import check_turn, check_turn_id
-from reference_impl.memory import call_summarizer, saved_for
+from reference_impl.memory import call_summarizer, saved_for, unless_replaced
 
 from . import scripts, state_json
 from .errors import RedisContentionError, RedisMemoryError, RedisUnavailableError
@@ -173,7 +173,11 @@ class RedisShortTermMemory:
         self._client = client
         self._config = config
         self._key = key
-        self._summarizer = summarizer
+        # A call this instance began before its own from_dict reaches no summarizer after
+        # it (WM-004); the count is a new int after each replacement.
+        self._summarizer = (
+            None if summarizer is None else unless_replaced(summarizer, lambda: self._replacements)
+        )
         self._keys = SessionKeys.for_key(namespace, key)
         self._budget = Budget.for_config(config)
         self._config_text = state_json.config_json(config)
@@ -331,8 +335,7 @@ class RedisShortTermMemory:
         if self._config.strategy == "none":
             return {}
         snap = await self._refresh()
-        state = snap.state
-        if state.backlog if state.health.degraded else state.pending:  # as take_batch, in O(1)
+        if watermark.waiting(snap.state):
             # Work waits, maybe for a retry or recovery nobody else will make (the
             # instance whose call failed has gone): this one's worker sees to it
             # (HLT-002, HLT-006). A running worker makes this a no-op.
@@ -1270,18 +1273,8 @@ class RedisShortTermMemory:
 
     async def _call(self, batch: watermark.Batch) -> tuple[str | None, str | None]:
         """Run one summarizer call; returns ``(summary, None)`` or ``(None, reason)``."""
-        summarizer, replacements = self._summarizer, self._replacements
-        assert summarizer is not None
-
-        async def unless_replaced(payload: Mapping[str, Any]) -> Mapping[str, Any]:
-            # The call runs as a task of its own, which starts on a later turn of the loop:
-            # after a from_dict that came in between, the loaded state sends these turns itself
-            # (WM-004), as in the reference.
-            if self._replacements != replacements:
-                raise RuntimeError("the state was replaced before the call started")
-            return await summarizer(payload)
-
-        return await call_summarizer(unless_replaced, batch, self._config.summarizer_timeout_s)
+        assert self._summarizer is not None
+        return await call_summarizer(self._summarizer, batch, self._config.summarizer_timeout_s)
 
     def _reject_summary(
         self, state: MemoryState, batch: watermark.Batch, summary: str

@@ -977,10 +977,14 @@ async def test_a_call_begun_before_a_from_dict_never_reaches_the_summarizer(
     replaced: list[bool] = []
 
     async def replacing_first(summarizer: Any, batch: Any, timeout_s: Any) -> Any:
-        if not replaced:
-            replaced.append(True)
-            memory.from_dict(memory.to_dict())
-        return await real(summarizer, batch, timeout_s)
+        def invoked(payload: Any) -> Any:
+            call = summarizer(payload)  # the call is made; its task has not started
+            if not replaced:
+                replaced.append(True)
+                memory.from_dict(memory.to_dict())
+            return call
+
+        return await real(invoked, batch, timeout_s)
 
     monkeypatch.setattr(stm_memory, "call_summarizer", replacing_first)
     await memory.add_turn(turn(0))
