@@ -556,11 +556,11 @@ def _commits_sent_twice(memory: RedisShortTermMemory, which: Callable[[Any], boo
     """Each ``COMMIT`` that ``which(args)`` picks runs, then runs again and the second
     reply is the one returned: what redis-py's default retry does when a write landed
     and its reply was lost (``Redis(...)`` retries a command on a connection error)."""
-    real = memory._client.execute_command
+    real, commit = memory._client.execute_command, _runs(stm_memory._COMMIT)
 
     async def twice(*args: Any, **kwargs: Any) -> Any:
         reply = await real(*args, **kwargs)
-        if args[:2] == (b"EVALSHA", stm_memory._COMMIT.sha) and which(args):
+        if commit(args) and which(args):
             reply = await real(*args, **kwargs)
         return reply
 

@@ -13,7 +13,8 @@ import fakeredis
 import pytest
 from stm_redis import RedisShortTermMemory
 
-from reference_impl import ConversationTurn, MemoryBudget, ShortTermMemoryConfig
+from reference_impl import MemoryBudget, ShortTermMemoryConfig
+from stm_conformance.checks import eventually, turn
 
 pytestmark = pytest.mark.anyio
 
@@ -23,10 +24,6 @@ MemoryFactory = Callable[..., RedisShortTermMemory]
 def _config(**budget: Any) -> Any:
     extra = {k: budget.pop(k) for k in list(budget) if k not in MemoryBudget.__slots__}
     return ShortTermMemoryConfig(strategy="rolling_summary", budget=MemoryBudget(**budget), **extra)
-
-
-def _turn(i: int, pad: int = 0) -> ConversationTurn:
-    return ConversationTurn(f"u{i}" + "x" * pad, f"a{i}")
 
 
 class Calls:
@@ -46,14 +43,6 @@ class Calls:
         if self.fail:
             raise RuntimeError("scripted failure")
         return {"summary": self.summary(users, payload["previous_summary"])}
-
-
-async def _until(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    for _ in range(1000):
-        if await check():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"never: {what}")
 
 
 def _held(state: dict[str, Any]) -> list[str]:
@@ -79,15 +68,15 @@ async def test_a_summary_refused_on_the_newest_state_loses_no_turn(
     )
     a = fake_memories(cfg, summarizer=calls, lease_ttl_s=3.0)
     b = fake_memories(cfg, summarizer=calls, lease_ttl_s=3.0)
-    await a.add_turn(_turn(0))
-    await a.add_turn(_turn(1))  # u0 pending: the first call starts and is held
+    await a.add_turn(turn(0))
+    await a.add_turn(turn(1))  # u0 pending: the first call starts and is held
 
     async def started() -> bool:
         return bool(calls.sent)
 
-    await _until(started, "the first call")
-    await a.add_turn(_turn(2))
-    await b.add_turn(_turn(3, pad=500))  # leaves no room for the first call's summary
+    await eventually(started, what="the first call")
+    await a.add_turn(turn(2))
+    await b.add_turn(turn(3, pad=500))  # leaves no room for the first call's summary
     calls.gate.set()
     await asyncio.sleep(0.5)
     await a.flush()
@@ -125,20 +114,20 @@ async def test_a_recovery_on_a_stale_view_counts_no_summarized_turn_as_dropped(
 
         return check
 
-    await a.add_turn(_turn(0))
-    await a.add_turn(_turn(1))  # u0's call fails: DEGRADED
-    await _until(stored("degraded"), "DEGRADED")
-    await b.add_turn(_turn(2))
-    await b.add_turn(_turn(3))  # backlog [u1, u2]; u0 dropped
+    await a.add_turn(turn(0))
+    await a.add_turn(turn(1))  # u0's call fails: DEGRADED
+    await eventually(stored("degraded"), what="DEGRADED")
+    await b.add_turn(turn(2))
+    await b.add_turn(turn(3))  # backlog [u1, u2]; u0 dropped
     calls.fail, calls.gate = False, asyncio.Event()
 
     async def recovering() -> bool:
         return len(calls.sent) == 2
 
-    await _until(recovering, "the recovery call")
-    await _until(stored("recovering"), "RECOVERING")
-    await b.add_turn(_turn(4))
-    await b.add_turn(_turn(5))  # u1 and u2 pushed out of the backlog too
+    await eventually(recovering, what="the recovery call")
+    await eventually(stored("recovering"), what="RECOVERING")
+    await b.add_turn(turn(4))
+    await b.add_turn(turn(5))  # u1 and u2 pushed out of the backlog too
     calls.gate.set()
     calls.gate = None
     await asyncio.sleep(0.3)
