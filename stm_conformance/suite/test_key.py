@@ -329,6 +329,60 @@ def test_defaults_only_with_a_session(stm_provider, session):
     )
 
 
+@scenario("direction:accept")
+@req("KEY-005")
+@cap("key_resolution")
+def test_parts_are_stripped_strings_or_integers(stm_provider):
+    """Surrounding whitespace is not part of a key part, an integer names the part by its
+    digits, and a blank tenant or user takes its default."""
+    resolve = _resolver(stm_provider)
+    iso = MemoryIsolation(require_explicit_key=True)
+    blank = {"tenant_id": "  ", "user_id": "", "session_id": "s"}
+    unicode = {"tenant_id": None, "user_id": None, "session_id": "séssion-🦜"}
+    cases = [
+        (
+            {"tenant_id": " acme\t", "user_id": "\nann ", "session_id": "  c9 "},
+            ("acme", "ann", "c9"),
+        ),
+        ({"tenant_id": 7, "user_id": 0, "session_id": 42}, ("7", "0", "42")),
+        (blank, ("default", "anonymous", "s")),
+        (unicode, ("default", "anonymous", "séssion-🦜")),
+    ]
+    for ctx, parts in cases:
+        got = resolve(iso, None, ctx)
+        assert got == MemoryKey(*parts), (
+            f"KEY-005: tool_context {ctx!r} resolved {got!r}, not {MemoryKey(*parts)!r}"
+        )
+
+
+@scenario("direction:reject", "direction:accept")
+@req("KEY-005")
+@cap("key_resolution")
+@pytest.mark.parametrize("part", ["tenant_id", "user_id", "session_id"])
+@pytest.mark.parametrize(
+    "value",
+    [{"id": "acme"}, ["acme"], SimpleNamespace(id="acme"), 1.0, True],
+    ids=["mapping", "list", "object", "float", "bool"],
+)
+def test_a_part_of_another_type_resolves_nothing(stm_provider, part, value):
+    """A dotted path that reaches a container (one level short) or a float or bool is a
+    misconfiguration: the key does not resolve. A default in its place would give every
+    tenant (or user) that sends it one shared memory."""
+    resolve = _resolver(stm_provider)
+    given = {"tenant_id": "t", "user_id": "u", "session_id": "s"}
+    assert resolve(MemoryIsolation(), None, given) == MemoryKey("t", "u", "s"), (
+        f"KEY-004: the plain tool_context {given!r} did not resolve (precondition)"
+    )
+    ctx = {**given, part: value}
+    for require_explicit_key in (True, False):
+        got = resolve(MemoryIsolation(require_explicit_key=require_explicit_key), None, ctx)
+        assert got is None, (
+            f"KEY-005: {part}={value!r} (neither a string nor an integer) resolved {got!r} "
+            f"with require_explicit_key={require_explicit_key}; a part of another type "
+            "resolves nothing, never a default nor its string form"
+        )
+
+
 @scenario("direction:accept", "direction:reject")
 @req("KEY-006")
 @cap("key_resolution")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 from types import SimpleNamespace
 from typing import Any
 
@@ -189,7 +190,7 @@ def test_absent_session_resolves_nothing_even_with_tenant_and_user() -> None:
 
 
 @pytest.mark.requirement("KEY-005")
-@pytest.mark.parametrize("absent", [None, "", "  ", True, {"x": 1}, ["x"], "MISSING"], ids=repr)
+@pytest.mark.parametrize("absent", [None, "", "  ", "\t\n", "MISSING"], ids=repr)
 def test_tenant_and_user_default_only_once_a_session_resolves(absent: Any) -> None:
     context: dict[str, Any] = {"session_id": "s-1"}
     if absent != "MISSING":
@@ -197,6 +198,29 @@ def test_tenant_and_user_default_only_once_a_session_resolves(absent: Any) -> No
     assert resolve_memory_key(ISOLATION, tool_context=context) == MemoryKey(
         "default", "anonymous", "s-1"
     )
+
+
+@pytest.mark.requirement("KEY-005")
+@pytest.mark.parametrize("part", ["tenant_id", "user_id"])
+@pytest.mark.parametrize(
+    "value",
+    [True, False, {"id": "acme"}, ["acme"], 1.5, object()],
+    ids=["true", "false", "mapping", "list", "float", "object"],
+)
+@pytest.mark.parametrize("require_explicit_key", [True, False])
+def test_a_tenant_or_user_of_another_type_resolves_nothing(
+    part: str, value: Any, require_explicit_key: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not a default: a path one level short would give every tenant ``"default"``."""
+    isolation = MemoryIsolation(require_explicit_key=require_explicit_key)
+    context = {"tenant_id": "acme", "user_id": "alice", "session_id": "s-1", part: value}
+    with caplog.at_level(logging.WARNING, logger="reference_impl.keys"):
+        assert resolve_memory_key(isolation, tool_context=context) is None
+    name = part.removesuffix("_id")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"memory key not resolved: the {name} path of MemoryIsolation reaches neither a "
+        "string nor an integer in tool_context"
+    ]
 
 
 @pytest.mark.requirement("KEY-005")

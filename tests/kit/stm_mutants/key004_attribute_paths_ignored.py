@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from reference_impl.keys import _scalar
+from reference_impl.keys import _UNUSABLE, _part
 from reference_impl.types import MemoryIsolation, MemoryKey
 
 from . import reference_provider
@@ -35,12 +35,12 @@ def _resolve_key(
 ) -> MemoryKey | None:
     if explicit is not None:
         return explicit
-    session = _scalar(_extract(tool_context, isolation.session_key))
-    if session is None:
+    session = _part(_extract(tool_context, isolation.session_key))
+    tenant = _part(_extract(tool_context, isolation.tenant_key))
+    user = _part(_extract(tool_context, isolation.user_key))
+    if session is None or _UNUSABLE in (session, tenant, user):
         return None
-    tenant = _scalar(_extract(tool_context, isolation.tenant_key)) or "default"
-    user = _scalar(_extract(tool_context, isolation.user_key)) or "anonymous"
-    return MemoryKey(tenant_id=tenant, user_id=user, session_id=session)
+    return MemoryKey(tenant_id=tenant or "default", user_id=user or "anonymous", session_id=session)
 
 
 provider = dataclasses.replace(

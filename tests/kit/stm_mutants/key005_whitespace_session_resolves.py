@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from reference_impl.keys import extract_path
+from reference_impl.keys import _UNUSABLE, extract_path
 from reference_impl.types import MemoryIsolation, MemoryKey
 
 from . import reference_provider
@@ -19,9 +19,11 @@ BREAKS = "KEY-005"
 COLLATERAL: dict[str, str] = {}
 
 
-def _part(value: Any) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, str | int):
+def _part(value: Any) -> Any:
+    if value is None:
         return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return _UNUSABLE
     return str(value) or None  # MUTATION: not stripped, so "   " is a part
 
 
@@ -33,11 +35,11 @@ def _resolve_key(
     if tool_context is None:
         return None
     session = _part(extract_path(tool_context, isolation.session_key))
-    if session is None:
+    tenant = _part(extract_path(tool_context, isolation.tenant_key))
+    user = _part(extract_path(tool_context, isolation.user_key))
+    if session is None or _UNUSABLE in (session, tenant, user):
         return None
-    tenant = _part(extract_path(tool_context, isolation.tenant_key)) or "default"
-    user = _part(extract_path(tool_context, isolation.user_key)) or "anonymous"
-    return MemoryKey(tenant_id=tenant, user_id=user, session_id=session)
+    return MemoryKey(tenant_id=tenant or "default", user_id=user or "anonymous", session_id=session)
 
 
 provider = dataclasses.replace(
