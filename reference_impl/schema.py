@@ -432,6 +432,27 @@ def load_steps(
         raise ValueError(f"invalid memory state: {type(exc).__name__}: {exc}") from None
 
 
+def _check_strategy(model: MemoryStateV2, entries: dict[str, list[Entry]]) -> None:
+    """Refuse what a memory of the state's strategy never holds (SER-003): without a
+    summarizer (``none``, ``truncation``) nothing ever leaves HEALTHY, nor makes a summary
+    or a pending turn. Loaded, a DEGRADED truncation memory would report it forever, with
+    no summarizer to recover, and turns no view shows would be carried from save to save."""
+    if model.strategy == "rolling_summary":
+        return
+    found = [
+        f"health {model.health!r}" if model.health != "healthy" else "",
+        f"failed calls ({model.failures})" if model.failures else "",
+        "a summary" if model.summary else "",
+        *(f"{name} turns" for name in ("pending", "backlog") if entries[name]),
+        "turns" if model.strategy == "none" and entries["turns"] else "",
+    ]
+    if any(found):
+        raise ValueError(
+            f"invalid memory state: a {model.strategy!r} memory never holds "
+            + ", ".join(what for what in found if what)
+        )
+
+
 def _load_steps(
     data: Any, config: ShortTermMemoryConfig, budget: Budget, key: MemoryKey | None
 ) -> Steps:
@@ -446,6 +467,7 @@ def _load_steps(
             f"state was written by a {model.strategy!r} memory; this one is {config.strategy!r}"
         )
     _check_order(model, entries)
+    _check_strategy(model, entries)
     if model.key is not None:
         stored = MemoryKey(**model.key.model_dump())
         if key is not None and stored != key:

@@ -514,6 +514,77 @@ async def test_penguiflow_v1_states_load(make_memory, stm_capabilities, name):
     summarizer.release()
 
 
+#: What a memory without a summarizer never holds, as changes to a v1 state of its own.
+_NEVER_WITHOUT_SUMMARIZER = {
+    "retry": {"health": "retry"},
+    "degraded": {"health": "degraded"},
+    "recovering": {"health": "recovering"},
+    "summary": {"summary": "- the user asked for a refund"},
+    "pending": {"pending": "TURN"},
+    "backlog": {"backlog": "TURN"},
+    "turns-of-none": {"turns": "TURN"},
+}
+
+
+@scenario("direction:reject", "direction:accept")
+@req("SER-003")
+@pytest.mark.parametrize(
+    ("strategy", "change"),
+    [
+        *(pytest.param("none", c, id=f"none-{c}") for c in _NEVER_WITHOUT_SUMMARIZER),
+        *(
+            pytest.param("truncation", c, id=f"truncation-{c}", marks=cap("truncation"))
+            for c in _NEVER_WITHOUT_SUMMARIZER
+            if c != "turns-of-none"
+        ),
+    ],
+)
+async def test_a_state_holding_what_its_strategy_never_holds_is_refused(
+    make_memory, strategy, change
+):
+    """A ``none`` or ``truncation`` memory has no summarizer: it is HEALTHY for good, and
+    holds no summary, pending or backlog turn (``none`` no turn at all). A state that says
+    otherwise is malformed: loaded, a DEGRADED truncation memory would report it forever,
+    and turns no view shows would be carried from save to save. The states are PenguiFlow's
+    version 1 format (SER-004), which every backend reads."""
+    fixture = "empty_strategy_none.json" if strategy == "none" else "truncation_with_digest.json"
+    valid = _v1(fixture)
+    held = _v1("truncation_with_digest.json")["turns"][0]
+    cfg = ShortTermMemoryConfig(
+        strategy=strategy, budget=MemoryBudget(**valid["config_snapshot"]["budget"])
+    )
+    memory = await make_memory(cfg)
+    try:
+        memory.from_dict(valid)
+    except Exception as exc:
+        raise AssertionError(f"SER-004: {fixture} did not load: {exc!r} (precondition)") from exc
+    before = await _observe(memory)
+    before_state = json.dumps(memory.to_dict(), sort_keys=True)
+    changed = {
+        **valid,
+        **{k: [held] if v == "TURN" else v for k, v in _NEVER_WITHOUT_SUMMARIZER[change].items()},
+    }
+    try:
+        memory.from_dict(changed)
+    except ValueError:
+        pass
+    except Exception as exc:
+        raise AssertionError(
+            f"SER-003: from_dict of a {strategy} state with {change} raised "
+            f"{type(exc).__name__}, not ValueError"
+        ) from exc
+    else:
+        raise AssertionError(
+            f"SER-003: a {strategy} memory loaded a state with {change} "
+            f"(health now {memory.health.value!r}); a memory without a summarizer never "
+            "holds one, so the state is malformed"
+        )
+    assert await _observe(memory) == before, "SER-003: a refused from_dict changed the memory"
+    assert json.dumps(memory.to_dict(), sort_keys=True) == before_state, (
+        "SER-003: a refused from_dict changed to_dict()"
+    )
+
+
 @scenario("bound:lower", "bound:upper")
 @req("HLT-004", "HLT-005", "SER-004")
 @pytest.mark.stm_capability("rolling_summary")

@@ -12,6 +12,7 @@ import copy
 import functools
 import json
 import logging
+import re
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -1233,3 +1234,58 @@ async def test_changes_counts_every_change_of_the_state_and_nothing_else() -> No
     memory.from_dict(state)
     assert memory.changes > before
     await memory.aclose()
+
+
+#: One turn as ``to_dict`` writes it.
+_RECORD = {
+    "seq": 1,
+    "user_message": "u1",
+    "assistant_response": "a1",
+    "trajectory_digest": None,
+    "artifacts_shown": {},
+    "artifacts_hidden_refs": [],
+    "ts": 0.0,
+}
+
+
+@pytest.mark.requirement("SER-003")
+@pytest.mark.parametrize("strategy", ["none", "truncation"])
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"health": "degraded"}, "health 'degraded'"),
+        ({"health": "retry", "failures": 1}, "health 'retry', failed calls (1)"),
+        ({"failures": 2}, "failed calls (2)"),
+        ({"summary": "é"}, "a summary"),
+        ({"pending": "TURN"}, "pending turns"),
+        ({"backlog": "TURN"}, "backlog turns"),
+    ],
+    ids=["degraded", "retry", "failures", "summary", "pending", "backlog"],
+)
+def test_a_memory_without_a_summarizer_refuses_what_it_never_holds(
+    strategy: str, change: dict[str, Any], named: str
+) -> None:
+    memory = DefaultShortTermMemory(config=ShortTermMemoryConfig(strategy=strategy))  # type: ignore[arg-type]
+    before = memory.to_dict()
+    record = _RECORD
+    state = {**before, "next_seq": 2}
+    state.update({k: [record] if v == "TURN" else v for k, v in change.items()})
+    with pytest.raises(ValueError, match=f"a '{strategy}' memory never holds {re.escape(named)}$"):
+        memory.from_dict(state)
+    assert memory.to_dict() == before
+    # The same state, as the memory writes it, loads.
+    memory.from_dict({**before, "next_seq": 2})
+
+
+@pytest.mark.requirement("SER-003")
+def test_a_none_memory_refuses_turns_and_truncation_keeps_them() -> None:
+    record = _RECORD
+    for strategy in ("none", "truncation"):
+        memory = DefaultShortTermMemory(config=ShortTermMemoryConfig(strategy=strategy))  # type: ignore[arg-type]
+        state = {**memory.to_dict(), "next_seq": 2, "turns": [record]}
+        if strategy == "none":
+            with pytest.raises(ValueError, match=r"a 'none' memory never holds turns$"):
+                memory.from_dict(state)
+        else:
+            memory.from_dict(state)
+            assert [t["seq"] for t in memory.to_dict()["turns"]] == [1]
