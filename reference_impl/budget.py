@@ -223,7 +223,9 @@ class Budget:
         self.enforce(state)
 
     def _shorten_summary(self, state: MemoryState) -> None:
-        """Keep the longest tail of the summary that fits; drop it if none does."""
+        """Keep the longest tail of the summary that fits; drop it if none does. By
+        bisection: with an estimator that can count a longer text as fewer tokens, the
+        tail kept fits where one character more does not, as BUD-004 allows."""
         text = state.summary
         low, high = 0, len(text) - 1  # candidate kept lengths; the full text does not fit
         best = 0
@@ -237,7 +239,8 @@ class Budget:
         state.set_summary(text[len(text) - best :] if best else "")
 
     def clip_summary(self, text: str) -> str:
-        """The longest tail of ``text`` within ``summary_max_tokens`` (for loaded states)."""
+        """The longest tail of ``text`` within ``summary_max_tokens`` (for loaded states,
+        BUD-002), by bisection as :meth:`_shorten_summary`."""
         low, high, best = 0, len(text), 0
         while low <= high:
             mid = (low + high) // 2

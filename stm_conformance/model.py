@@ -264,7 +264,10 @@ class SpecModel:
                 raise AssertionError("BUD-009: the empty view exceeds the budget")
 
     def _shorten_summary(self) -> None:
-        """Keep the longest tail of the summary that fits, possibly none (BUD-004/005)."""
+        """Keep the longest tail of the summary that fits, possibly none (BUD-004/005). The
+        kit's estimators never count a longer text as fewer tokens, so this is also the
+        tail that fits where one character more does not, which the spec allows for
+        estimators that can."""
         text = self.summary
         for keep in range(len(text) - 1, -1, -1):
             self.summary = text[len(text) - keep :] if keep else ""

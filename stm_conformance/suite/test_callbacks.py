@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from importlib import resources
 from typing import Any
 
 import pytest
@@ -120,6 +122,43 @@ async def test_health_changes_once_each_in_order(
     await recording_callbacks.settle()
     assert recording_callbacks.health == [("healthy", "retry"), ("retry", "degraded")], (
         "RETRY -> RETRY is not a transition; each transition is reported once, in order"
+    )
+
+
+@req("CB-003")
+@pytest.mark.stm_capability("rolling_summary")
+@pytest.mark.stm_capability("serialization")
+async def test_a_load_is_not_a_health_transition(
+    make_memory, scripted_summarizer, recording_callbacks
+):
+    """``from_dict`` of a DEGRADED state into a HEALTHY memory changes what ``health``
+    reads, but no transition happened: the state degraded where it was written, and was
+    reported there. The loaded memory then recovers by itself, and its first callback is
+    DEGRADED -> RECOVERING: one for the load would come before it (callbacks keep the order
+    of the transitions). The state is PenguiFlow's version 1 format (SER-004)."""
+    folder = resources.files("stm_conformance") / "data" / "penguiflow_v1"
+    state = json.loads((folder / "rolling_summary_degraded.json").read_text(encoding="utf-8"))
+    cfg = config(
+        full_zone_turns=2,
+        retry_attempts=0,
+        recovery_backlog_limit=3,
+        degraded_retry_interval_s=0.05,
+        **recording_callbacks.config_kwargs(),
+    )
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    memory.from_dict(state)
+    assert memory.health.value == "degraded", (
+        f"SER-004: a DEGRADED v1 state loaded as {memory.health.value!r} (precondition)"
+    )
+    await eventually(
+        lambda: memory.health.value == "healthy",
+        what="HLT-006: the loaded DEGRADED memory recovers by itself (precondition)",
+    )
+    await recording_callbacks.wait_for("health", 2)
+    await recording_callbacks.settle()
+    assert recording_callbacks.health == [("degraded", "recovering"), ("recovering", "healthy")], (
+        "CB-003: a from_dict is not a transition of the summarizer's health: only the "
+        f"recovery after it is reported; on_health_changed got {recording_callbacks.health}"
     )
 
 
