@@ -133,9 +133,9 @@ async def test_a_load_is_not_a_health_transition(
 ):
     """``from_dict`` of a DEGRADED state into a HEALTHY memory changes what ``health``
     reads, but no transition happened: the state degraded where it was written, and was
-    reported there. The loaded memory then recovers by itself, and its first callback is
-    DEGRADED -> RECOVERING: one for the load would come before it (callbacks keep the order
-    of the transitions). The state is PenguiFlow's version 1 format (SER-004)."""
+    reported there. The loaded memory then recovers, and its first callback is DEGRADED ->
+    RECOVERING: one for the load would come before it (callbacks keep the order of the
+    transitions). The state is PenguiFlow's version 1 format (SER-004)."""
     folder = resources.files("stm_conformance") / "data" / "penguiflow_v1"
     state = json.loads((folder / "rolling_summary_degraded.json").read_text(encoding="utf-8"))
     cfg = config(
@@ -150,9 +150,12 @@ async def test_a_load_is_not_a_health_transition(
     assert memory.health.value == "degraded", (
         f"SER-004: a DEGRADED v1 state loaded as {memory.health.value!r} (precondition)"
     )
+    # A turn too: a backend that attempts recovery only when a turn comes (HLT-006's
+    # fault, checked elsewhere) is still judged on its callbacks here.
+    await memory.add_turn(turn(0))
     await eventually(
         lambda: memory.health.value == "healthy",
-        what="HLT-006: the loaded DEGRADED memory recovers by itself (precondition)",
+        what="HLT-006: the loaded DEGRADED memory recovers (precondition)",
     )
     await recording_callbacks.wait_for("health", 2)
     await recording_callbacks.settle()

@@ -360,6 +360,42 @@ async def test_reloading_a_degraded_state_brings_no_recovery_sooner(
     )
 
 
+@scenario("bound:lower", "bound:upper")
+@req("HLT-002")
+@pytest.mark.stm_capability("serialization")
+async def test_reloading_a_retry_state_brings_no_retry_sooner(make_memory, scripted_summarizer):
+    """``from_dict(to_dict())`` again and again in RETRY: the next retry is timed from the
+    load at the soonest, so retries still come at most once per backoff, and once the
+    loads stop it comes by itself. ``retry_attempts`` is large: a memory that retried on
+    every load stays in RETRY, and is caught here."""
+    base = 0.3
+    cfg = config(full_zone_turns=1, retry_attempts=50, retry_backoff_base_s=base)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_always("raise")
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await eventually(
+        lambda: memory.health.value == "retry", what="HLT-002: RETRY after a failure (precondition)"
+    )
+    started = time.monotonic()
+    for _ in range(10):
+        memory.from_dict(json.loads(json.dumps(memory.to_dict())))
+        assert memory.health.value == "retry", (
+            f"SER-002: a RETRY state reloaded as {memory.health.value!r}"
+        )
+        await anyio.sleep(0.01)
+    elapsed = time.monotonic() - started
+    retries = sum(t >= started for t in scripted_summarizer.call_times)
+    assert retries <= elapsed / base + 1, (
+        f"HLT-002: {retries} retries in {elapsed:.2f}s of reloading a RETRY state, with "
+        f"retry_backoff_base_s={base}: a load must not make a retry due"
+    )
+    await eventually(
+        lambda: any(t >= started for t in scripted_summarizer.call_times),
+        what="HLT-002: the reloaded RETRY state retries by itself, with no add_turn",
+    )
+
+
 @req("HLT-002", "HLT-008")
 async def test_a_summarizer_raising_cancelled_error_is_a_failed_call(
     make_memory, scripted_summarizer
