@@ -146,7 +146,10 @@ async def test_a_load_is_not_a_health_transition(
         **recording_callbacks.config_kwargs(),
     )
     memory = await make_memory(cfg, summarizer=scripted_summarizer)
-    memory.from_dict(state)
+    try:
+        memory.from_dict(state)
+    except Exception as exc:
+        raise AssertionError(f"SER-004: a DEGRADED v1 state did not load: {exc!r}") from exc
     assert memory.health.value == "degraded", (
         f"SER-004: a DEGRADED v1 state loaded as {memory.health.value!r} (precondition)"
     )
