@@ -145,7 +145,17 @@ class Budget:
     def refuse_summary(
         self, state: MemoryState, batch: watermark.Batch, summary: str
     ) -> str | None:
-        """Why installing ``summary`` would break the budget (BUD-007), or ``None``."""
+        """Why installing ``summary`` would break the budget (BUD-007), or ``None``. A
+        summary the token estimator fails to measure (it raises, or returns no number) is
+        refused too: it cannot be known to fit."""
+        try:
+            return self._refuse_summary(state, batch, summary)
+        except Exception as exc:
+            return f"token estimator raised {type(exc).__name__} on the summary: {exc}"
+
+    def _refuse_summary(
+        self, state: MemoryState, batch: watermark.Batch, summary: str
+    ) -> str | None:
         if not self.summary_fits(summary):
             return (
                 f"summary of {self.meter.text_size(summary)} tokens exceeds "

@@ -407,13 +407,8 @@ class DefaultShortTermMemory:
     def _reject_summary(
         self, state: MemoryState, batch: watermark.Batch, summary: str
     ) -> str | None:
-        """BUD-007: a summary over its budget is a summarizer failure. So is one the token
-        estimator fails to measure (it raises, or returns no number): it cannot be known
-        to fit."""
-        try:
-            return self._budget.refuse_summary(state, batch, summary)
-        except Exception as exc:
-            return f"token estimator raised {type(exc).__name__} on the summary: {exc}"
+        """Why ``summary`` is a failed call by the budget (BUD-007), or ``None``."""
+        return self._budget.refuse_summary(state, batch, summary)
 
 
 def unless_replaced(summarizer: SummarizerFn, current: Callable[[], object]) -> SummarizerFn:

@@ -1187,7 +1187,7 @@ class RedisShortTermMemory:
             reason = error
             if reason is None:
                 assert summary is not None
-                reason = self._reject_summary(latest, batch, summary)
+                reason = self._budget.refuse_summary(latest, batch, summary)
             old = latest.summary
             if reason is None:
                 assert summary is not None
@@ -1275,16 +1275,6 @@ class RedisShortTermMemory:
         """Run one summarizer call; returns ``(summary, None)`` or ``(None, reason)``."""
         assert self._summarizer is not None
         return await call_summarizer(self._summarizer, batch, self._config.summarizer_timeout_s)
-
-    def _reject_summary(
-        self, state: MemoryState, batch: watermark.Batch, summary: str
-    ) -> str | None:
-        """BUD-007: a summary over its budget is a summarizer failure. So is one the token
-        estimator fails to measure (it raises, or returns no number), as in the reference."""
-        try:
-            return self._budget.refuse_summary(state, batch, summary)
-        except Exception as exc:
-            return f"token estimator raised {type(exc).__name__} on the summary: {exc}"
 
 
 def _dropped_since(latest: MemoryState, batch: watermark.Batch) -> int:
