@@ -137,6 +137,12 @@ class CheckedMemory:
       no summarizer call is held: WM-008 if a call hangs (no timeout), HLT-004 if the
       memory stays in RETRY with calls still coming, HLT-002 if it stays in RETRY without
       retrying, else WM-007.
+
+    And ``add_turn``, ``flush``, ``get_llm_context`` and ``estimate_tokens`` raising, once a
+    call of the kit's summarizer has failed or while the memory is not HEALTHY, anything
+    but what callers are told to expect (the provider's ``budget_exceeded_error``,
+    ``ValueError``, ``TypeError``): HLT-008, the summarizer's failure reached a caller,
+    whatever the check is about.
     """
 
     def __init__(
@@ -145,9 +151,12 @@ class CheckedMemory:
         config: ShortTermMemoryConfig,
         summarizer: Any = None,
         tracker: Tracker | None = None,
+        expected: tuple[type[BaseException], ...] = (ValueError, TypeError),
     ) -> None:
         self.__dict__["_stm_memory"] = memory
         self.__dict__["_stm_config"] = config
+        #: What the memory's calls may raise to a caller (HLT-008 blames anything else).
+        self.__dict__["_stm_expected"] = expected
         #: Notes the scenarios the check exercises (``stm_conformance.scenarios``).
         self.__dict__["_stm_tracker"] = tracker
         #: The memory's summarizer, when it is a ScriptedSummarizer the kit can watch.
@@ -179,11 +188,51 @@ class CheckedMemory:
                 raise PreconditionError(f"{blocked_on}\n{stack}")
         try:
             await task  # slow for another reason: the check's own limits apply
-        except Exception:
+        except Exception as exc:
             if tracker is not None:
                 tracker.rejected()
+            self._failure_reached("add_turn", exc)
             raise
         await memory_view(self)  # the window and the budget hold after every turn
+
+    async def get_llm_context(self) -> Any:
+        """The backend's ``get_llm_context``; HLT-008 if it raises after a failed call."""
+        try:
+            return await self.__getattr__("get_llm_context")()
+        except Exception as exc:
+            self._failure_reached("get_llm_context", exc)
+            raise
+
+    def estimate_tokens(self) -> Any:
+        """The backend's ``estimate_tokens``; HLT-008 if it raises after a failed call."""
+        try:
+            return self.__getattr__("estimate_tokens")()
+        except Exception as exc:
+            self._failure_reached("estimate_tokens", exc)
+            raise
+
+    def _failure_reached(self, call: str, exc: Exception) -> None:
+        """HLT-008 when ``exc`` is no error a caller expects and the summarizer failed: a
+        call of the kit's summarizer failed, or the memory's health shows a failure (its
+        output refused, say)."""
+        if isinstance(exc, self._stm_expected):
+            return
+        summarizer = self._stm_summarizer
+        failed = summarizer.failed if summarizer is not None else 0
+        try:
+            health = str(self._stm_memory.health.value)
+        except Exception:  # the health itself is another requirement's business
+            health = "healthy"
+        if failed:
+            after = f"after {failed} failed summarizer call(s)"
+        elif health != "healthy":
+            after = f"in health {health!r} (a summarizer call failed or its output was refused)"
+        else:
+            return
+        raise PreconditionError(
+            f"HLT-008: {call}() raised {type(exc).__name__}: {exc} {after}: summarizer "
+            "failures must never reach callers"
+        ) from exc
 
     def _blocked_on(self, task: asyncio.Task[Any], *, waited: bool = False) -> str | None:
         """Why ``add_turn`` is stuck: awaiting the summarizer (WM-001) or one of its
@@ -233,7 +282,11 @@ class CheckedMemory:
                 continue  # a held or unknown summarizer: the check's own limits apply
             task.cancel()
             raise PreconditionError(self._stuck_flush(summarizer, len(summarizer.calls) > calls))
-        task.result()
+        try:
+            task.result()
+        except Exception as exc:
+            self._failure_reached("flush", exc)
+            raise
         if not before or str(self._stm_memory.health.value) in ("degraded", "recovering"):
             return
         still = before & _pending_users(await self._stm_memory.get_llm_context())
@@ -249,15 +302,26 @@ def _pending_users(context: Any) -> set[str]:
     return {str(t.get("user")) for t in inner.get("pending_turns") or [] if isinstance(t, dict)}
 
 
+def _callers_errors(provider: Provider) -> tuple[type[BaseException], ...]:
+    """What a memory's calls may raise to a caller: bad input, and the budget's refusal."""
+    refused = provider.budget_exceeded_error
+    return (ValueError, TypeError, *(refused if isinstance(refused, tuple) else (refused,)))
+
+
 class _Memories:
     """Creates memories through one provider factory and closes them all at the end."""
 
     def __init__(
-        self, create: MemoryFactory, close: Callable[[Any], Awaitable[None]], limit: float | None
+        self,
+        create: MemoryFactory,
+        close: Callable[[Any], Awaitable[None]],
+        limit: float | None,
+        expected: tuple[type[BaseException], ...],
     ) -> None:
         self._create = create
         self._close = close
         self._limit = limit
+        self._expected = expected
         self._created: list[Any] = []
 
     async def make(
@@ -278,7 +342,7 @@ class _Memories:
         self._created.append(memory)
         if tracker is not None:
             tracker.attach(memory)
-        return CheckedMemory(memory, config, summarizer, tracker)
+        return CheckedMemory(memory, config, summarizer, tracker, self._expected)
 
     async def close_all(self) -> None:
         failures: list[str] = []
@@ -351,7 +415,12 @@ async def make_memory(
     teardown (``Provider.close``, else ``aclose()``) on the check's event loop, each within
     :data:`CLOSE_TIMEOUT_S` (or ``--stm-timeout`` when shorter).
     """
-    memories = _Memories(stm_provider.create, stm_provider.dispose, _close_limit(pytestconfig))
+    memories = _Memories(
+        stm_provider.create,
+        stm_provider.dispose,
+        _close_limit(pytestconfig),
+        _callers_errors(stm_provider),
+    )
     try:
         yield memories.make
     finally:
@@ -368,7 +437,12 @@ async def make_peer(
             "backend provides no create_peer (a second instance on one key is needed to "
             "check shared state)"
         )
-    memories = _Memories(stm_provider.create_peer, stm_provider.dispose, _close_limit(pytestconfig))
+    memories = _Memories(
+        stm_provider.create_peer,
+        stm_provider.dispose,
+        _close_limit(pytestconfig),
+        _callers_errors(stm_provider),
+    )
     try:
         yield memories.make
     finally:

@@ -210,6 +210,13 @@ class ScriptedSummarizer:
         return "\n".join(lines)[-self.max_chars :]
 
     @property
+    def failed(self) -> int:
+        """Calls that ended without a summary (a failure mode, or cancelled: by the
+        memory's timeout, say) and calls hanging now."""
+        pairs = zip(self.ended, self.outputs, strict=True)
+        return sum(done and out is None for done, out in pairs) + self.hanging
+
+    @property
     def hanging(self) -> int:
         """Calls currently hanging in ``hang`` mode."""
         return len(self._hang_starts)

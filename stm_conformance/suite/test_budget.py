@@ -367,6 +367,67 @@ async def test_a_summary_over_many_pending_turns_hides_them_in_one_step(make_mem
 
 
 @scenario("bound:lower", "bound:upper")
+@req("BUD-010", "BUD-004", "BUD-001")
+@cap("rolling_summary")
+async def test_room_a_summary_frees_shows_pending_turns_hidden_before_it(make_memory):
+    """The view is a function of the state, not of its history. A call is sent ten
+    pending turns; while it runs, more turns come and the budget hides the oldest pending
+    ones, fewer than ten. Its short summary covers the ten, the hidden ones and others that
+    were shown: that frees room, and fewer pending turns need hiding than before. A backend
+    that hides as many as before, trimming on from where it was, hides newer turns that
+    fit. The calls after it stay in flight, so nothing else changes the view."""
+    answers = [asyncio.Event(), asyncio.Event()]
+    calls: list[dict[str, Any]] = []
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        calls.append(copy.deepcopy(dict(payload)))
+        index = len(calls) - 1
+        if index >= len(answers):
+            await asyncio.Event().wait()
+        await answers[index].wait()
+        return {"summary": f"s{index}"}
+
+    cfg = config(full_zone_turns=2, total_max_tokens=320, summary_max_tokens=20)
+    model = SpecModel(cfg)
+    memory = await make_memory(cfg, summarizer=summarizer)
+
+    async def add(i: int) -> None:
+        t = turn(i, pad=(i * 37) % 40)
+        model.add(t)
+        await memory.add_turn(t)
+
+    await add(0)
+    await add(1)
+    await add(2)  # u0 evicted: the first call is sent u0 alone
+    await eventually(lambda: len(calls) == 1, what="WM-002: a call for u0 (precondition)")
+    for i in range(3, 13):
+        await add(i)
+    answers[0].set()
+    await eventually(lambda: len(calls) == 2, what="WM-003: a call for the turns after u0")
+    model.install(calls[0], "s0")
+    assert len(calls[1]["turns"]) == 10, (
+        f"WM-003: the second call was sent {len(calls[1]['turns'])} turns, not the 10 "
+        "evicted during the first (u1..u10)"
+    )
+    for i in range(13, 24):
+        await add(i)
+    shown = [m.rendered["user"] for m in model.visible_pending]
+    hidden = [m.rendered["user"] for m in model.pending if m.rendered["user"] not in shown]
+    assert 0 < len(hidden) < 10, f"check setup: {len(hidden)} pending turns hidden, not 1..9"
+    _assert_view_is_the_models(await _check_invariants(memory, cfg), model, "before the summary")
+    answers[1].set()
+    await eventually(lambda: len(calls) == 3, what="WM-003: a call for the turns after u10")
+    model.install(calls[1], "s1")
+    view = await _check_invariants(memory, cfg)
+    _assert_view_is_the_models(view, model, "after a summary of shown and hidden turns")
+    still_hidden = len(model.pending) - len(model.visible_pending)
+    assert still_hidden < len(hidden), (
+        f"check setup: {still_hidden} pending turns hidden after the summary, "
+        f"{len(hidden)} before: it freed no room"
+    )
+
+
+@scenario("bound:lower", "bound:upper")
 @req("BUD-004", "BUD-001")
 @cap("rolling_summary")
 async def test_with_nothing_else_left_to_trim_the_summary_is_shortened(make_memory):
