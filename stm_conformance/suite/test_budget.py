@@ -279,6 +279,8 @@ def _assert_view_is_the_models(view: dict[str, Any], model: SpecModel, when: str
     )
     got = view.get("pending_turns") or []
     want = [m.rendered for m in model.visible_pending]
+    if got != want and sorted(users(got)) == sorted(users(want)):
+        raise AssertionError(f"WM-005: {when} the pending turns are out of order")
     assert got == want, (
         f"BUD-010: {when} the view shows {len(got)} pending turns ({users(got)[:1]}...), the "
         f"spec {len(want)} ({users(want)[:1]}...): the longest run of newest pending turns "
