@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from stm_conformance import RecordingCallbacks, ScriptedSummarizer
@@ -72,6 +73,32 @@ async def test_ended_follows_each_call() -> None:
     with pytest.raises(RuntimeError):
         await summarizer(PAYLOAD)
     assert summarizer.ended == [True, True]
+
+
+async def test_failed_counts_calls_without_a_summary_and_hanging_ones() -> None:
+    summarizer = ScriptedSummarizer()
+    assert summarizer.failed == 0
+    await summarizer(PAYLOAD)
+    assert summarizer.failed == 0, "a summary is no failure"
+    summarizer.fail_next(1, "not_mapping")
+    await summarizer(PAYLOAD)  # invalid output, returned: the memory's failure to judge
+    assert summarizer.failed == 1
+    summarizer.fail_always("hang")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(summarizer, PAYLOAD)
+        await summarizer.wait_for_calls(3)
+        await anyio.lowlevel.checkpoint()
+        assert summarizer.failed == 2, "a call hanging now counts"
+        tg.cancel_scope.cancel()
+    assert summarizer.failed == 2, "a cancelled call ended without a summary"
+    held = ScriptedSummarizer()
+    held.hold()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(held, PAYLOAD)
+        await held.wait_for_calls(1)
+        assert held.failed == 0, "a held call has not failed"
+        held.release()
+    assert held.failed == 0
 
 
 async def test_raise_hang_always_and_succeed() -> None:
