@@ -484,6 +484,7 @@ async def test_truncate_summary_shortens_the_summary_first(make_memory):
     await memory.flush()
     full_summary = (await memory_view(memory))["summary"]
     scripted_summarizer.hold()
+    shortened = 0
     for i in range(6, 9):
         await memory.add_turn(turn(i, pad=60))
         view = await _check_invariants(memory, cfg)
@@ -494,6 +495,18 @@ async def test_truncate_summary_shortens_the_summary_first(make_memory):
             assert users(view.get("pending_turns")) == evicted, (
                 "BUD-005: pending turns may be hidden only once the summary is gone"
             )
+        if len(summary) < len(full_summary):
+            # The longest tail: one character more would not have fitted (an empty
+            # summary too: its last character alone must not fit).
+            longer = dict(view, summary=full_summary[-(len(summary) + 1) :])
+            tokens = default_token_estimator(canonical_json({"conversation_memory": longer}))
+            assert tokens > cfg.budget.total_max_tokens, (
+                f"BUD-005: after u{i} the summary was shortened to {len(summary)} of "
+                f"{len(full_summary)} characters, but its tail one character longer fits "
+                f"({tokens} <= {cfg.budget.total_max_tokens} tokens): the longest tail is kept"
+            )
+            shortened += len(summary) > 0
+    assert shortened, "check setup: no view held a partly shortened summary"
     scripted_summarizer.release()
 
 

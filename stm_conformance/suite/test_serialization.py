@@ -445,22 +445,44 @@ async def test_a_state_loaded_into_a_smaller_window_evicts_to_pending(make_memor
     held.release()
 
 
+def _heavy(text: str) -> int:
+    return len(text) // 2 + 3
+
+
+@scenario("bound:lower", "bound:upper")
 @req("BUD-002", "SER-004")
 @cap("rolling_summary")
-async def test_a_loaded_oversize_summary_is_clipped_or_refused(make_memory):
-    cfg = config(full_zone_turns=2, summary_max_tokens=10, total_max_tokens=500)
+@pytest.mark.parametrize("estimator", [None, _heavy], ids=["default", "heavy"])
+async def test_a_loaded_oversize_summary_is_clipped_or_refused(make_memory, estimator):
+    """Clipped, a loaded summary over ``summary_max_tokens`` keeps its longest tail within
+    it, measured by the configured estimator: no more (BUD-002), and no less (the newest
+    text is what the summary is for). The summary repeats nothing, so a head or a shorter
+    tail shows."""
+    cfg = config(
+        full_zone_turns=2, summary_max_tokens=10, total_max_tokens=500, token_estimator=estimator
+    )
+    size = estimator or default_token_estimator
     summarizer = ScriptedSummarizer()
     summarizer.hold()
     memory = await make_memory(cfg, summarizer=summarizer)
     state = _v1("rolling_summary_healthy.json")
-    state["summary"] = "fact " * 80
+    stored = state["summary"] = " ".join(f"fact-{i}" for i in range(80))
     try:
         memory.from_dict(state)
     except ValueError:
         return  # refusing the state keeps BUD-002 too
     summary = (await memory_view(memory)).get("summary", "")
-    assert not summary or default_token_estimator(summary) <= 10, (
-        f"BUD-002: a loaded summary of {default_token_estimator(summary)} tokens exceeds 10"
+    assert not summary or size(summary) <= 10, (
+        f"BUD-002: a loaded summary of {size(summary)} tokens exceeds 10"
+    )
+    assert stored.endswith(summary), (
+        f"BUD-002: the loaded summary was clipped to {summary[:30]!r}..., not to a tail "
+        "of the stored one (its newest text)"
+    )
+    longer = stored[-(len(summary) + 1) :]
+    assert size(longer) > 10, (
+        f"BUD-002: the loaded summary was clipped to {len(summary)} characters, but its tail "
+        f"one character longer is within summary_max_tokens ({size(longer)} <= 10 tokens)"
     )
     summarizer.release()
 
