@@ -38,6 +38,10 @@ ADVERSARIAL_KEYS = {
     "leading-space": (("t", " u", "s"), ("t", "u", "s")),
     "tab-twins": (("t", "u\t", "\ts"), ("t", "u", "s")),
     "blank-vs-empty": (("t", " ", "s"), ("t", "", "s")),
+    # A backslash escape that does not escape itself: "u\\" + ":" + "x:s" reads as
+    # "u:x\\" + ":" + "s" once both separators are escaped.
+    "backslash-escape-twin": (("t", "u\\", "x:s"), ("t", "u:x\\", "s")),
+    "trailing-backslash": (("t\\", "u", "s"), ("t", "\\u", "s")),
 }
 
 
@@ -169,11 +173,17 @@ async def test_shared_store_keeps_keys_apart(make_memory, stm_provider, stm_stor
 @req("KEY-007")
 @cap("serialization")
 @pytest.mark.stm_capability("truncation")
-async def test_from_dict_refuses_another_keys_state(make_memory):
+@pytest.mark.parametrize(
+    "other",
+    [("t", "u", "b"), ("t2", "u", "a"), ("t", "u2", "a"), ("T", "u", "a")],
+    ids=["session", "tenant", "user", "tenant-case"],
+)
+async def test_from_dict_refuses_another_keys_state(make_memory, other):
+    """Keys that differ in any one part, case included, are other keys."""
     cfg = config("truncation", full_zone_turns=3)
     a = await make_memory(cfg, key=MemoryKey("t", "u", "a"))
     await a.add_turn(turn(1))
-    b = await make_memory(cfg, key=MemoryKey("t", "u", "b"))
+    b = await make_memory(cfg, key=MemoryKey(*other))
     before = await memory_view(b)
     with pytest.raises(ValueError):
         b.from_dict(a.to_dict())
@@ -275,6 +285,15 @@ def test_explicit_key_wins(stm_provider):
     explicit = MemoryKey("t1", "u1", "s1")
     got = resolve(MemoryIsolation(), explicit, {"tenant_id": "t2", "session_id": "s2"})
     assert got == explicit
+    # With no tool_context at all, or one that resolves nothing, the explicit key still wins.
+    for context in (None, {}, SimpleNamespace()):
+        for require_explicit_key in (True, False):
+            got = resolve(
+                MemoryIsolation(require_explicit_key=require_explicit_key), explicit, context
+            )
+            assert got == explicit, (
+                f"KEY-003: with tool_context={context!r} the explicit key {explicit!r} gave {got!r}"
+            )
 
 
 @req("KEY-003")
@@ -314,12 +333,29 @@ def test_keys_come_from_tool_context_dotted_paths(stm_provider):
     )
     got = resolve(iso, None, SimpleNamespace(**objects))
     assert got == MemoryKey("acme", "ann", "c9"), f"a tool_context that is an object resolved {got}"
+    # Paths of any depth, through mappings and attributes alike.
+    deep = MemoryIsolation(
+        tenant_key="req.org.id", user_key="req.auth.user.id", session_key="req.conv.thread.id"
+    )
+    ctx = {
+        "req": SimpleNamespace(
+            org={"id": "acme"},
+            auth=SimpleNamespace(user={"id": "ann"}),
+            conv={"thread": SimpleNamespace(id="c9")},
+        )
+    }
+    got = resolve(deep, None, ctx)
+    assert got == MemoryKey("acme", "ann", "c9"), f"KEY-004: paths 3 and 4 deep resolved {got}"
 
 
 @scenario("direction:accept", "direction:reject")
 @req("KEY-005")
 @cap("key_resolution")
-@pytest.mark.parametrize("session", [None, "", "   "])
+@pytest.mark.parametrize(
+    "session",
+    [None, "", "   ", "\u00a0", "\u3000\u2009", "\u2028\t"],
+    ids=["missing", "empty", "spaces", "no-break-space", "ideographic-thin", "line-separator"],
+)
 def test_defaults_only_with_a_session(stm_provider, session):
     resolve = _resolver(stm_provider)
     ctx = {"tenant_id": "t"} if session is None else {"tenant_id": "t", "session_id": session}
@@ -337,7 +373,7 @@ def test_parts_are_stripped_strings_or_integers(stm_provider):
     digits, and a blank tenant or user takes its default."""
     resolve = _resolver(stm_provider)
     iso = MemoryIsolation(require_explicit_key=True)
-    blank = {"tenant_id": "  ", "user_id": "", "session_id": "s"}
+    blank = {"tenant_id": "\u3000", "user_id": "", "session_id": "\u00a0s\u2028"}
     unicode = {"tenant_id": None, "user_id": None, "session_id": "séssion-🦜"}
     cases = [
         (
