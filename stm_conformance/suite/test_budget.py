@@ -725,14 +725,29 @@ async def test_oversize_summary_is_a_failure(make_memory, scripted_summarizer):
 @scenario("direction:accept", "direction:reject", "bound:lower", "bound:upper")
 @req("BUD-009")
 @cap("truncation")
-async def test_unsatisfiable_budget_is_rejected(make_memory):
+@pytest.mark.parametrize("policy", ["truncate_oldest", "truncate_summary", "error"])
+async def test_unsatisfiable_budget_is_rejected(make_memory, policy):
     """The limit is the empty view's own size: one token less is refused, exactly it is
-    accepted (the empty view ``{"conversation_memory":{"recent_turns":[]}}``)."""
+    accepted (the empty view ``{"conversation_memory":{"recent_turns":[]}}``), under every
+    overflow policy (``error`` too: it would refuse every turn)."""
     empty = {"conversation_memory": {"recent_turns": []}}
     least = default_token_estimator(canonical_json(empty))
     for total in (2, least - 1):
-        with pytest.raises(ValueError):
-            await make_memory(config("truncation", total_max_tokens=total, summary_max_tokens=1))
+        try:
+            await make_memory(
+                config(
+                    "truncation",
+                    total_max_tokens=total,
+                    summary_max_tokens=1,
+                    overflow_policy=policy,
+                )
+            )
+        except ValueError:
+            continue
+        raise AssertionError(
+            f"BUD-009: total_max_tokens={total} is under the empty view's {least} tokens, yet "
+            f"the memory accepted it under overflow_policy={policy!r}"
+        )
     # Strategy none shows the empty mapping whatever it is given: any budget fits it.
     try:
         await make_memory(config("none", total_max_tokens=2, summary_max_tokens=1))
@@ -742,11 +757,15 @@ async def test_unsatisfiable_budget_is_rejected(make_memory):
             f"memory refused the budget: {exc}"
         ) from exc
     try:
-        await make_memory(config("truncation", total_max_tokens=least, summary_max_tokens=1))
+        await make_memory(
+            config(
+                "truncation", total_max_tokens=least, summary_max_tokens=1, overflow_policy=policy
+            )
+        )
     except ValueError as exc:
         raise AssertionError(
             f"BUD-009: total_max_tokens={least} fits the empty view ({least} tokens) but the "
-            f"memory refused it: {exc}"
+            f"memory refused it under overflow_policy={policy!r}: {exc}"
         ) from exc
 
 

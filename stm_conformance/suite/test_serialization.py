@@ -737,3 +737,10 @@ async def test_each_persist_carries_the_next_revision(
         f"SER-006: persisting {through} a state hydrated at revision {revisions[-1]} wrote "
         f"revision {written}, not {revisions[-1] + 1}"
     )
+    # Nothing changed since: each persist is still a write of its own, one revision higher
+    # (a writer that skips or repeats it could not tell a stale write from its own).
+    again = [await persist(fresh), await persist(fresh)]
+    assert again == [written + 1, written + 2], (
+        f"SER-006: two more persists {through} with nothing changed wrote revisions {again}, "
+        f"not {[written + 1, written + 2]}"
+    )
