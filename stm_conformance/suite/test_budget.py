@@ -22,7 +22,7 @@ from stm_conformance.checks import (
     turn_json,
     users,
 )
-from stm_conformance.contract import ConversationTurn, default_token_estimator
+from stm_conformance.contract import ConversationTurn, TrajectoryDigest, default_token_estimator
 from stm_conformance.model import SpecModel
 
 req = pytest.mark.stm_requirement
@@ -508,6 +508,49 @@ async def test_truncate_summary_shortens_the_summary_first(make_memory):
             shortened += len(summary) > 0
     assert shortened, "check setup: no view held a partly shortened summary"
     scripted_summarizer.release()
+
+
+@scenario("direction:accept", "direction:reject")
+@req("BUD-006")
+@pytest.mark.parametrize("strategy", EITHER_STRATEGY)
+@pytest.mark.parametrize("include_digest", [True, False], ids=["digest-shown", "digest-hidden"])
+async def test_error_policy_measures_the_turn_as_the_view_shows_it(
+    make_memory, stm_provider, strategy, include_digest
+):
+    """A turn whose text fits but whose trajectory digest does not: refused while the view
+    shows digests, accepted when it leaves them out (``include_trajectory_digest=False``).
+    The turn is measured as the view would show it, no more and no less."""
+    cfg = config(
+        strategy,
+        full_zone_turns=2,
+        total_max_tokens=60,
+        summary_max_tokens=20,
+        overflow_policy="error",
+        include_trajectory_digest=include_digest,
+    )
+    memory = await make_memory(cfg)
+    big = ConversationTurn(
+        user_message="u0",
+        assistant_response="a0",
+        trajectory_digest=TrajectoryDigest(
+            tools_invoked=["search"], observations_summary="ö" * 300, reasoning_summary=None
+        ),
+    )
+    before = await memory.get_llm_context()
+    try:
+        await memory.add_turn(big)
+    except stm_provider.budget_exceeded_error:
+        assert include_digest, (
+            "BUD-006: a turn of a few tokens was refused although the view leaves its digest "
+            "out (include_trajectory_digest=False)"
+        )
+        assert await memory.get_llm_context() == before, "BUD-006: the view changed on error"
+        return
+    assert not include_digest, (
+        f"BUD-006: a turn whose digest takes the view to {memory.estimate_tokens()} tokens, "
+        f"over total_max_tokens={cfg.budget.total_max_tokens}, was accepted: its digest was "
+        "not measured"
+    )
 
 
 @scenario("direction:accept", "direction:reject", "bound:lower", "bound:upper")
