@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from stm_conformance.checks import (
@@ -33,9 +35,12 @@ async def test_none_strategy_is_a_no_op(make_memory):
 @cap("truncation")
 @pytest.mark.parametrize("window", [0, 1, 3])
 async def test_truncation_shows_exactly_the_last_window(make_memory, window):
+    """The window is the turns added last, whatever their timestamps say (``ts`` out of
+    order, equal, zero): a backend that orders turns by ``ts`` shows other turns."""
     memory = await make_memory(config("truncation", full_zone_turns=window))
+    stamps = [100.0, 50.0, 200.0, 200.0, 0.0, 7.5]
     for n in range(1, 7):
-        await memory.add_turn(turn(n))
+        await memory.add_turn(dataclasses.replace(turn(n), ts=stamps[n - 1]))
         ctx = dict(await memory.get_llm_context())
         assert set(ctx) == {"conversation_memory"}, ctx
         view = ctx["conversation_memory"]
