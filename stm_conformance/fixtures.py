@@ -140,9 +140,9 @@ class CheckedMemory:
 
     And ``add_turn``, ``flush``, ``get_llm_context`` and ``estimate_tokens`` raising, once a
     call of the kit's summarizer has failed or while the memory is not HEALTHY, anything
-    but what callers are told to expect (the provider's ``budget_exceeded_error``,
-    ``ValueError``, ``TypeError``): HLT-008, the summarizer's failure reached a caller,
-    whatever the check is about.
+    but what callers are told to expect (from ``add_turn``: the provider's
+    ``budget_exceeded_error``, ``ValueError``, ``TypeError``; from the others: nothing):
+    HLT-008, the summarizer's failure reached a caller, whatever the check is about.
     """
 
     def __init__(
@@ -215,7 +215,9 @@ class CheckedMemory:
         """HLT-008 when ``exc`` is no error a caller expects and the summarizer failed: a
         call of the kit's summarizer failed, or the memory's health shows a failure (its
         output refused, say)."""
-        if isinstance(exc, self._stm_expected):
+        # Bad input and the budget's refusal are add_turn's to raise; the other calls take
+        # no input, so nothing they raise is for a caller to expect.
+        if call == "add_turn" and isinstance(exc, self._stm_expected):
             return
         summarizer = self._stm_summarizer
         failed = summarizer.failed if summarizer is not None else 0

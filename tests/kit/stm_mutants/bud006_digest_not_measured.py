@@ -1,6 +1,7 @@
 """BUD-006 broken: under overflow_policy="error" the turn is measured by its user and
 assistant text only; its trajectory digest is left out of the would-be view, so a turn
 whose digest takes the view over total_max_tokens is accepted."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,5 +1,6 @@
 """BUD-009 broken: the satisfiability check is skipped under overflow_policy="error"
 ("the error policy refuses turns anyway"), so an unsatisfiable budget is accepted there."""
+
 from __future__ import annotations
 
 from typing import Any

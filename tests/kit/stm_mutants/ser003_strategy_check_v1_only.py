@@ -2,6 +2,7 @@
 holds (health other than healthy, a summary, pending or backlog turns) runs only on the
 PenguiFlow v1 migration path; a version-2 truncation state recorded DEGRADED, with a
 summary or with pending turns, loads."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping

@@ -1,6 +1,7 @@
 """SER-006 broken: a persist with nothing changed since the last successful persist writes
 the state again with the same revision ("nothing new, same revision"), instead of one
 higher than the state the memory holds."""
+
 from __future__ import annotations
 
 from collections.abc import Coroutine

@@ -3,6 +3,7 @@
 clocks disagree (a turn stamped earlier than one added before it) are shown out of order
 and the window evicts the earliest-stamped turn, not the oldest added. With equal or
 increasing stamps it behaves as the reference."""
+
 from __future__ import annotations
 
 from collections import deque
@@ -28,10 +29,14 @@ class TimestampOrderedMemory(DefaultShortTermMemory):
         check_turn(turn)
         state = self._state
         entry = Entry.make(
-            state.next_seq, turn, include_digest=config.include_trajectory_digest,
+            state.next_seq,
+            turn,
+            include_digest=config.include_trajectory_digest,
             size_of=self._size_of if state.metered else None,
         )
-        if config.budget.overflow_policy == "error" and not self._budget.fits_after_add(state, entry):
+        if config.budget.overflow_policy == "error" and not self._budget.fits_after_add(
+            state, entry
+        ):
             raise MemoryBudgetExceeded("turn would take the memory over total_max_tokens")
         state.push_recent(entry)
         state.next_seq = entry.seq + 1
