@@ -160,7 +160,8 @@ class DefaultShortTermMemory:
         return self._budget.tokens(self._state)
 
     async def flush(self) -> None:
-        """Wait until every turn pending now is summarized, or memory is degraded (WM-007).
+        """Wait until every turn pending now is summarized, or memory is degraded (WM-007);
+        after a ``from_dict`` meanwhile, every turn the loaded state holds pending then.
 
         Raises:
             RuntimeError: the summarizer worker crashed (a bug; it is logged), rather than
@@ -173,13 +174,15 @@ class DefaultShortTermMemory:
             return
         target = state.pending[-1].seq
         self._wake()
-        # A state replaced by from_dict meanwhile no longer holds the turns waited for.
-        while (
-            not self._closed
-            and self._state is state
-            and state.summarized_through < target
-            and not state.health.degraded
-        ):
+        while not self._closed:
+            if self._state is not state:
+                # A from_dict replaced the state: wait for what the loaded one holds pending.
+                state = self._state
+                if not state.pending:
+                    return
+                target = state.pending[-1].seq
+            if state.summarized_through >= target or state.health.degraded:
+                return
             if self._crash is not None:
                 raise RuntimeError("the summarizer worker crashed") from self._crash
             await self._changed.wait()

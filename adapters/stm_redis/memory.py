@@ -347,7 +347,8 @@ class RedisShortTermMemory:
         return self._budget.tokens(self._state())
 
     async def flush(self) -> None:
-        """Wait until every turn pending now is summarized, or memory is degraded (WM-007).
+        """Wait until every turn pending now is summarized, or memory is degraded (WM-007);
+        after a ``from_dict`` meanwhile, every turn the loaded state holds pending then.
 
         The summarizer may run in another instance: this one re-reads the state every
         ``poll_interval_s`` while it waits.
@@ -365,7 +366,12 @@ class RedisShortTermMemory:
         self._wake()  # a worker that crashed before this call starts afresh
         while not self._closed:
             state = snap.state
-            if snap.epoch != epoch or state.summarized_through >= target or state.health.degraded:
+            if snap.epoch != epoch:
+                # A from_dict replaced the state: wait for what the loaded one holds pending.
+                if not state.pending:
+                    return
+                target, epoch = state.pending[-1].seq, snap.epoch
+            if state.summarized_through >= target or state.health.degraded:
                 return
             if self._crash is not None:
                 raise RuntimeError("the summarizer worker crashed") from self._crash

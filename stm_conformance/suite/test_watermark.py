@@ -199,6 +199,64 @@ async def test_at_most_one_call_in_flight_across_a_from_dict(make_memory):
     assert peak == 1, f"{peak} summarizer calls overlapped after from_dict during a call"
 
 
+@req("WM-004")
+@pytest.mark.stm_capability("serialization")
+@pytest.mark.parametrize("mode", ["raise", "not_mapping", "hang"])
+async def test_a_failed_call_of_the_replaced_state_leaves_the_loaded_state_alone(make_memory, mode):
+    """A call in flight when ``from_dict`` replaces the state belongs to the replaced state:
+    its failure, like its summary, changes nothing of the loaded one. The loaded state
+    stays HEALTHY and its own call for the same turn starts at once, not after a retry
+    backoff (30 s here) that the failure would have set."""
+    summarizer = ScriptedSummarizer(decide_on_release=True)
+    summarizer.hold()
+    cfg = config(full_zone_turns=1, retry_backoff_base_s=30.0, summarizer_timeout_s=0.2)
+    memory = await make_memory(cfg, summarizer=summarizer)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))  # u0 evicted: a call for it
+    await summarizer.wait_for_calls(1)
+    memory.from_dict(json.loads(json.dumps(memory.to_dict())))
+    summarizer.fail_next(1, mode)
+    summarizer.let_one_through()  # the replaced state's call fails (or hangs, and times out)
+    await eventually(
+        lambda: len(summarizer.calls) >= 2,
+        what=(
+            f"WM-004: the loaded state's own call for u0, once the replaced state's call failed "
+            f"({mode}); health {memory.health.value!r}: that failure must not count"
+        ),
+    )
+    assert memory.health.value == "healthy", (
+        f"WM-004: the loaded state is {memory.health.value!r} after a call of the replaced "
+        f"state failed ({mode}); that call's outcome must not change it"
+    )
+    assert users(summarizer.calls[1]["turns"]) == ["u0"], (
+        f"WM-003: the loaded state's call was sent {users(summarizer.calls[1]['turns'])}, "
+        "not its pending turn u0"
+    )
+    summarizer.release()
+
+
+@req("WM-007")
+@pytest.mark.stm_capability("serialization")
+async def test_a_flush_waiting_when_from_dict_replaces_the_state_returns(make_memory):
+    """``flush()`` waits on a held call; ``from_dict`` replaces the state, then the call
+    ends. The flush must return: it cannot wait on the replaced state for good."""
+    summarizer = ScriptedSummarizer()
+    summarizer.hold()
+    memory = await make_memory(config(full_zone_turns=1), summarizer=summarizer)
+    for i in range(3):
+        await memory.add_turn(turn(i))
+    await summarizer.wait_for_calls(1)
+    flushing = asyncio.ensure_future(memory.flush())
+    await asyncio.sleep(0.01)
+    assert not flushing.done(), "WM-007: flush() returned while its turns' call was held"
+    memory.from_dict(json.loads(json.dumps(memory.to_dict())))
+    summarizer.release()
+    await returns_within(
+        flushing,
+        what="WM-007: a flush() waiting when from_dict replaced the state did not return",
+    )
+
+
 #: Turns of the event loop after a turn is evicted at which the next check reloads the
 #: state: from before the memory's summarizer call starts to after it reaches the
 #: summarizer, for backends that take a few turns (or round trips) to start one.
