@@ -218,6 +218,32 @@ async def test_degraded_backlog_is_bounded_and_counted(
         )
 
 
+@scenario("bound:upper")
+@req("HLT-005")
+@pytest.mark.stm_capability("serialization")
+async def test_a_backlog_limit_of_zero_keeps_no_turn_and_counts_each(
+    make_memory, scripted_summarizer
+):
+    """``recovery_backlog_limit=0`` is a limit like any other, not "unlimited": in DEGRADED
+    every evicted turn is dropped at once, and counted."""
+    cfg = config(full_zone_turns=1, retry_attempts=0, recovery_backlog_limit=0)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_always("raise")
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await eventually(
+        lambda: memory.health.value == "degraded", what="HLT-004: DEGRADED (precondition)"
+    )
+    for i in range(2, 8):
+        await memory.add_turn(turn(i))
+    state = memory.to_dict()
+    dropped, backlog = state.get("dropped_turns"), state.get("backlog")
+    assert dropped == 7 and not backlog, (
+        f"HLT-005: with recovery_backlog_limit=0, 7 turns evicted (u0..u6) must all be "
+        f"dropped and counted: dropped_turns={dropped}, backlog of {len(backlog or [])}"
+    )
+
+
 @req("HLT-005")
 @pytest.mark.stm_capability("serialization")
 async def test_pending_turns_cut_when_degrading_are_counted(make_memory, scripted_summarizer):
