@@ -69,6 +69,25 @@ async def test_failure_retries_by_itself_then_recovers(make_memory, scripted_sum
         f"first call: the backoff base * 2**(n-1) doubles, it does not grow faster"
     )
     assert (await memory_view(memory)).get("summary"), "the recovered summary is installed"
+    # A new failure after the success starts again from retry 1's backoff, and turns added
+    # while it waits bring no retry sooner.
+    scripted_summarizer.fail_next(1, mode="raise")
+    await memory.add_turn(turn(2))  # u1 evicted: a call for it, which fails
+    await scripted_summarizer.wait_for_calls(4)
+    await eventually(lambda: memory.health.value == "retry", what="RETRY after a new failure")
+    for i in range(3, 8):
+        await memory.add_turn(turn(i))
+        await anyio.sleep(0.01)
+    await scripted_summarizer.wait_for_calls(5)
+    gap = starts[4] - starts[3]
+    assert gap >= base * 0.9, (
+        f"HLT-002: retry 1 came {gap:.3f}s after the failed call, before its {base}s backoff: "
+        "turns added in RETRY must not bring a retry sooner"
+    )
+    assert gap <= base * 1.5 + patient(0.2), (
+        f"HLT-002: retry 1 of a new failure came {gap:.3f}s after it, not about {base}s: after "
+        "a success the backoff starts again from retry 1's"
+    )
 
 
 @req("HLT-003")
