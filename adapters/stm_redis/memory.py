@@ -497,7 +497,10 @@ class RedisShortTermMemory:
             await self._commit(_saved_as(revision), epoch=epoch)
             self._unmarked = None
         snap = await self._refresh()
-        state = snap.state
+        # As this instance shows it: with the outcomes of its summarizer calls whose writes
+        # are still on their way (a failure that degraded it, say), which the state read
+        # from Redis may not hold yet (SER-005: a hydrate must show the same health).
+        state = self._state()
         data = schema.dump(state, self._config)
         current = state.revision
         data["revision"] = current + 1

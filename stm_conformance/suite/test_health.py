@@ -34,6 +34,27 @@ async def _degrade(memory: Any, summarizer: ScriptedSummarizer) -> None:
     )
 
 
+#: How the reload checks load a state again: in place, or through the provider's store.
+RELOADS = [
+    pytest.param("from_dict", marks=pytest.mark.stm_capability("serialization")),
+    pytest.param("hydrate", marks=pytest.mark.stm_capability("persistence")),
+]
+
+
+def _reloader(memory: Any, via: str, store: Any, storage_key: str) -> Any:
+    """An async function that loads ``memory``'s own state into it again, ``via``
+    ``from_dict(to_dict())`` or ``persist`` then ``hydrate``."""
+
+    async def reload() -> None:
+        if via == "from_dict":
+            memory.from_dict(json.loads(json.dumps(memory.to_dict())))
+        else:
+            await memory.persist(store, storage_key)
+            await memory.hydrate(store, storage_key)
+
+    return reload
+
+
 @req("HLT-001")
 async def test_new_memory_is_healthy(make_memory):
     memory = await make_memory(config())
@@ -380,19 +401,22 @@ async def test_recovery_is_rate_limited_and_returns_to_healthy(
 
 
 @req("HLT-006")
-@pytest.mark.stm_capability("serialization")
+@pytest.mark.parametrize("via", RELOADS)
 async def test_reloading_a_degraded_state_brings_no_recovery_sooner(
-    make_memory, scripted_summarizer
+    make_memory, scripted_summarizer, stm_provider, stm_store, via
 ):
-    """``from_dict(to_dict())`` again and again while DEGRADED: loading restarts the timer
-    at most, so recovery attempts still come at most once per ``degraded_retry_interval_s``."""
+    """``from_dict(to_dict())`` (or ``persist`` and ``hydrate``) again and again while
+    DEGRADED: loading restarts the timer at most, so recovery attempts still come at most
+    once per ``degraded_retry_interval_s``."""
     interval = 0.3
     cfg = config(full_zone_turns=1, retry_attempts=0, degraded_retry_interval_s=interval)
-    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    key = MemoryKey("t", "u", f"reload-degraded-{uuid.uuid4().hex}")
+    memory = await make_memory(cfg, key=key, summarizer=scripted_summarizer)
     await _degrade(memory, scripted_summarizer)
+    reload = _reloader(memory, via, stm_store, stm_provider.key_for_storage(key))
     started = time.monotonic()
     for _ in range(10):
-        memory.from_dict(json.loads(json.dumps(memory.to_dict())))
+        await reload()
         assert memory.health.value in ("degraded", "recovering"), (
             f"SER-002: a DEGRADED state reloaded as {memory.health.value!r}"
         )
@@ -407,24 +431,28 @@ async def test_reloading_a_degraded_state_brings_no_recovery_sooner(
 
 @scenario("bound:lower", "bound:upper")
 @req("HLT-002")
-@pytest.mark.stm_capability("serialization")
-async def test_reloading_a_retry_state_brings_no_retry_sooner(make_memory, scripted_summarizer):
+@pytest.mark.parametrize("via", RELOADS)
+async def test_reloading_a_retry_state_brings_no_retry_sooner(
+    make_memory, scripted_summarizer, stm_provider, stm_store, via
+):
     """``from_dict(to_dict())`` again and again in RETRY: the next retry is timed from the
     load at the soonest, so retries still come at most once per backoff, and once the
     loads stop it comes by itself. ``retry_attempts`` is large: a memory that retried on
     every load stays in RETRY, and is caught here."""
     base = 0.3
     cfg = config(full_zone_turns=1, retry_attempts=50, retry_backoff_base_s=base)
-    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    key = MemoryKey("t", "u", f"reload-retry-{uuid.uuid4().hex}")
+    memory = await make_memory(cfg, key=key, summarizer=scripted_summarizer)
     scripted_summarizer.fail_always("raise")
     await memory.add_turn(turn(0))
     await memory.add_turn(turn(1))
     await eventually(
         lambda: memory.health.value == "retry", what="HLT-002: RETRY after a failure (precondition)"
     )
+    reload = _reloader(memory, via, stm_store, stm_provider.key_for_storage(key))
     started = time.monotonic()
     for _ in range(10):
-        memory.from_dict(json.loads(json.dumps(memory.to_dict())))
+        await reload()
         assert memory.health.value == "retry", (
             f"SER-002: a RETRY state reloaded as {memory.health.value!r}"
         )

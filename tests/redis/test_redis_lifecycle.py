@@ -382,6 +382,39 @@ def _late_outcome_replies(memory: RedisShortTermMemory) -> None:
     memory._script = late  # type: ignore[method-assign]
 
 
+async def test_a_persist_while_an_outcome_is_on_its_way_saves_the_health_shown(
+    fake_memories: MemoryFactory,
+) -> None:
+    """SER-005: the failure that degraded the memory shows at once (synchronous accessors),
+    its write to Redis comes later. A persist in between saves DEGRADED, as shown, not the
+    HEALTHY state Redis still holds; hydrated, the state is DEGRADED too."""
+    summarizer = ScriptedSummarizer()
+    summarizer.fail_always()
+    cfg = config(full_zone_turns=1, retry_attempts=0)
+    memory = fake_memories(cfg, summarizer=summarizer)
+    real = memory._script
+    writing = asyncio.Event()
+
+    async def slow_outcome(lua: Any, args: Any, **kwargs: Any) -> Any:
+        if lua is stm_memory._COMMIT and kwargs.get("turn_id") is None:
+            writing.set()
+            await asyncio.sleep(0.2)  # the outcome's write has not landed yet
+        return await real(lua, args, **kwargs)
+
+    memory._script = slow_outcome  # type: ignore[method-assign]
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await asyncio.wait_for(writing.wait(), 5)
+    assert memory.health.value == "degraded"
+    store = InMemoryStateStore()
+    await memory.persist(store, "k")
+    saved = await store.load_memory_state("k")
+    assert saved is not None and saved["health"] == "degraded"
+    fresh = fake_memories(cfg, summarizer=ScriptedSummarizer())
+    await fresh.hydrate(store, "k")
+    assert fresh.health.value == "degraded"
+
+
 async def test_a_failure_read_back_before_its_reply_is_counted_once(
     fake_memories: MemoryFactory,
 ) -> None:

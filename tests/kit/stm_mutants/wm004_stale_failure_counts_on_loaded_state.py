@@ -1,4 +1,4 @@
-"""WM-004 broken: the failure of a call that the replaced state began is counted on the loaded state.
+"""WM-004 broken: a failed call the replaced state began counts on the loaded state.
 
 The worker drops the *summary* of a call whose state ``from_dict`` replaced meanwhile, as in the
 reference, but the failure path records the failure on ``self._state`` (the loaded state), so a
