@@ -104,6 +104,65 @@ async def test_summary_updated_once_per_summary(
     assert news[-1] == (await memory_view(memory))["summary"]
 
 
+@req("CB-002")
+@pytest.mark.stm_capability("rolling_summary")
+async def test_a_recovery_reports_the_summary_it_replaces(
+    make_memory, scripted_summarizer, recording_callbacks
+):
+    """``old`` is the summary the install replaces, also after a recovery, while the view
+    shows none (DEGRADED shows recent turns only)."""
+    cfg = config(
+        full_zone_turns=1,
+        retry_attempts=0,
+        degraded_retry_interval_s=0.05,
+        **recording_callbacks.config_kwargs(),
+    )
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await memory.flush()
+    await recording_callbacks.wait_for("summaries", 1)
+    first = recording_callbacks.summaries[0][1]
+    scripted_summarizer.fail_next(1, mode="raise")
+    await memory.add_turn(turn(2))
+    await eventually(
+        lambda: memory.health.value != "healthy", what="HLT-004: DEGRADED (precondition)"
+    )
+    await eventually(
+        lambda: memory.health.value == "healthy", what="HLT-006: recovery (precondition)"
+    )
+    await recording_callbacks.wait_for("summaries", 2)
+    old, new = recording_callbacks.summaries[1]
+    assert (old, new) == (first, scripted_summarizer.outputs[-1]), (
+        f"CB-002: the recovery's summary was reported as replacing {old!r}, not the summary "
+        f"installed before it, {first!r}"
+    )
+
+
+@req("CB-002")
+@pytest.mark.stm_capability("rolling_summary")
+async def test_a_summary_equal_to_the_one_it_replaces_is_reported(make_memory, recording_callbacks):
+    """A call that finds nothing new returns the previous summary unchanged: a summary was
+    installed all the same (it covers the turns it was sent), so it is reported,
+    ``(s, s)``."""
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        return {"summary": payload.get("previous_summary") or "the user said hello"}
+
+    cfg = config(full_zone_turns=1, **recording_callbacks.config_kwargs())
+    memory = await make_memory(cfg, summarizer=summarizer)
+    for i in range(3):
+        await memory.add_turn(turn(i))
+        await returns_within(memory.flush(), what="WM-007: flush() with a summarizer that answers")
+    await recording_callbacks.wait_for("summaries", 2)
+    await recording_callbacks.settle()
+    same = "the user said hello"
+    assert recording_callbacks.summaries == [("", same), (same, same)], (
+        f"CB-002: two summaries installed (the second equal to the first), reported as "
+        f"{recording_callbacks.summaries}"
+    )
+
+
 @req("CB-003")
 @pytest.mark.stm_capability("rolling_summary")
 async def test_health_changes_once_each_in_order(
