@@ -228,6 +228,29 @@ async def test_a_load_is_not_a_health_transition(
 
 
 @req("CB-004")
+@pytest.mark.parametrize("strategy", EITHER_STRATEGY)
+async def test_a_raising_callback_loses_no_event_queued_behind_it(make_memory, strategy):
+    """Five turns added with no turn of the event loop between them, so their events queue
+    up behind an ``on_turn_added`` that raises: every one is still delivered, in order."""
+    raising = RecordingCallbacks(raise_errors=True)
+    cfg = config(strategy, full_zone_turns=2, **raising.config_kwargs())
+    memory = await make_memory(cfg)
+    backend = memory._stm_memory  # its own add_turn: the kit's would let the loop turn
+    for i in range(5):
+        await backend.add_turn(turn(i))
+    try:
+        await raising.wait_for("turns", 5)
+    except TimeoutError:
+        got = [t.user_message for t in raising.turns]
+        raise AssertionError(
+            f"CB-004: on_turn_added raised, and only {got} of 5 turns queued behind it were "
+            "delivered: a raising callback must not stop the events after it"
+        ) from None
+    got = [t.user_message for t in raising.turns]
+    assert got == [f"u{i}" for i in range(5)], f"CB-001: on_turn_added received {got}"
+
+
+@req("CB-004")
 @pytest.mark.stm_capability("truncation")
 async def test_slow_or_raising_callbacks_never_harm_memory(make_memory):
     slow = RecordingCallbacks(delay_s=30.0)
