@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 
 import anyio
 import pytest
@@ -69,6 +71,40 @@ async def test_two_instances_on_one_key_lose_nothing(make_memory, make_peer, scr
     seen = set(_ids(sent + users(view.get("pending_turns")) + users(view["recent_turns"])))
     expected = set(range(20)) | set(range(100, 120))
     assert expected <= seen, f"turns lost between instances: {sorted(expected - seen)}"
+
+
+@req("CON-003")
+@pytest.mark.stm_capability("rolling_summary")
+@pytest.mark.stm_capability("serialization")
+async def test_a_closed_memory_starts_no_work(stm_provider, scripted_summarizer):
+    """After ``aclose()``, a ``from_dict`` of a state with a pending turn, and a ``flush()``,
+    start no task and no summarizer call: a closed memory may refuse them, or take the
+    state, but its background work is over."""
+    before = set(asyncio.all_tasks())
+    cfg = config(full_zone_turns=1)
+    raw = await stm_provider.create(cfg, MemoryKey("t", "u", "closed"), scripted_summarizer)
+    if not hasattr(raw, "aclose"):
+        pytest.skip("backend has no aclose()")
+    scripted_summarizer.hold()
+    for i in range(3):
+        await raw.add_turn(turn(i))
+    await scripted_summarizer.wait_for_calls(1)
+    state = json.loads(json.dumps(raw.to_dict()))
+    with anyio.fail_after(patient(2)):
+        await raw.aclose()
+    calls = len(scripted_summarizer.calls)
+    scripted_summarizer.release()
+    with contextlib.suppress(Exception):  # refusing is fine
+        raw.from_dict(state)
+    with contextlib.suppress(Exception), anyio.fail_after(patient(2)):
+        await raw.flush()
+    await asyncio.sleep(0.05)
+    left = {t for t in asyncio.all_tasks() - before if not t.done()}
+    left.discard(asyncio.current_task())
+    assert not left, f"CON-003: tasks running after aclose(), then from_dict and flush: {left}"
+    assert len(scripted_summarizer.calls) == calls, (
+        "CON-003: a summarizer call started after aclose() (from_dict, then flush)"
+    )
 
 
 @req("CON-003")
