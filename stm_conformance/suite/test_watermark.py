@@ -472,6 +472,40 @@ async def test_flush_returns_at_once_for_other_strategies(make_memory):
     await returns_within(memory.flush(), timeout=1, what="WM-007: flush() with no summarizer")
 
 
+@req("WM-008")
+async def test_flush_does_not_hang_on_a_summarizer_that_ignores_cancellation(make_memory):
+    """A client that swallows ``CancelledError`` (a retry loop inside it, a shielded
+    request): its call must still be given up at ``summarizer_timeout_s``, not waited for
+    until it ends, so ``flush()`` returns, and the timeout counts as a failure."""
+    end = asyncio.Event()
+
+    async def stubborn(payload: Any) -> dict[str, str]:
+        while not end.is_set():
+            try:
+                await end.wait()
+            except asyncio.CancelledError:
+                continue  # ignores its cancellation
+        return {"summary": "late"}
+
+    cfg = config(full_zone_turns=1, retry_attempts=0, summarizer_timeout_s=0.05)
+    memory = await make_memory(cfg, summarizer=stubborn)
+    try:
+        await memory.add_turn(turn(0))
+        await memory.add_turn(turn(1))
+        await returns_within(
+            memory.flush(),
+            what=(
+                "WM-008: flush() waited on a summarizer call that ignores its cancellation: "
+                "at summarizer_timeout_s the call must be given up, not awaited"
+            ),
+        )
+        assert memory.health.value == "degraded", (
+            f"HLT-007: a call that timed out is a failure (health {memory.health.value!r})"
+        )
+    finally:
+        end.set()
+
+
 @scenario("bound:upper")
 @req("WM-008", "HLT-007")
 async def test_flush_does_not_hang_on_a_hung_summarizer(make_memory, scripted_summarizer):
