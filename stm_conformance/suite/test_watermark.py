@@ -216,7 +216,14 @@ async def test_a_failed_call_of_the_replaced_state_leaves_the_loaded_state_alone
     await summarizer.wait_for_calls(1)
     memory.from_dict(json.loads(json.dumps(memory.to_dict())))
     summarizer.fail_next(1, mode)
-    summarizer.let_one_through()  # the replaced state's call fails (or hangs, and times out)
+    summarizer.release()  # the replaced state's call fails (or hangs, and times out)
+    await eventually(
+        lambda: summarizer.ended[0],
+        what=f"WM-008: the replaced state's call, failing ({mode}), ends (precondition)",
+    )
+    # A turn too, for a backend that summarizes only when a turn comes (HLT-002's fault,
+    # checked elsewhere); with no backoff to wait out, it may start the call.
+    await memory.add_turn(turn(2))
     await eventually(
         lambda: len(summarizer.calls) >= 2,
         what=(
@@ -228,11 +235,10 @@ async def test_a_failed_call_of_the_replaced_state_leaves_the_loaded_state_alone
         f"WM-004: the loaded state is {memory.health.value!r} after a call of the replaced "
         f"state failed ({mode}); that call's outcome must not change it"
     )
-    assert users(summarizer.calls[1]["turns"]) == ["u0"], (
-        f"WM-003: the loaded state's call was sent {users(summarizer.calls[1]['turns'])}, "
-        "not its pending turn u0"
+    sent = users(summarizer.calls[1]["turns"])
+    assert sent[:1] == ["u0"], (
+        f"WM-003: the loaded state's call was sent {sent}, not its pending turn u0 first"
     )
-    summarizer.release()
 
 
 @req("WM-007")
