@@ -529,6 +529,12 @@ async def test_error_policy_measures_the_turn_as_the_view_shows_it(
         include_trajectory_digest=include_digest,
     )
     memory = await make_memory(cfg)
+    await memory.add_turn(turn(9, digest=True))
+    shown = "trajectory_digest" in json.dumps(await memory.get_llm_context())
+    assert shown == include_digest, (
+        f"STR-004: with include_trajectory_digest={include_digest} the view "
+        f"{'leaves out' if include_digest else 'shows'} a turn's digest (precondition)"
+    )
     big = ConversationTurn(
         user_message="u0",
         assistant_response="a0",

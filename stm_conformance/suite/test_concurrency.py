@@ -83,11 +83,12 @@ async def test_a_closed_memory_starts_no_work(stm_provider, scripted_summarizer)
     before = set(asyncio.all_tasks())
     cfg = config(full_zone_turns=1)
     raw = await stm_provider.create(cfg, MemoryKey("t", "u", "closed"), scripted_summarizer)
+    memory = CheckedMemory(raw, cfg, scripted_summarizer)  # a blocking add_turn: WM-001
     if not hasattr(raw, "aclose"):
         pytest.skip("backend has no aclose()")
     scripted_summarizer.hold()
     for i in range(3):
-        await raw.add_turn(turn(i))
+        await memory.add_turn(turn(i))
     await scripted_summarizer.wait_for_calls(1)
     state = json.loads(json.dumps(raw.to_dict()))
     with anyio.fail_after(patient(2)):

@@ -201,7 +201,7 @@ async def test_at_most_one_call_in_flight_across_a_from_dict(make_memory):
 
 @req("WM-004")
 @pytest.mark.stm_capability("serialization")
-@pytest.mark.parametrize("mode", ["raise", "not_mapping", "hang"])
+@pytest.mark.parametrize("mode", ["raise", "not_mapping"])
 async def test_a_failed_call_of_the_replaced_state_leaves_the_loaded_state_alone(make_memory, mode):
     """A call in flight when ``from_dict`` replaces the state belongs to the replaced state:
     its failure, like its summary, changes nothing of the loaded one. The loaded state
@@ -209,18 +209,15 @@ async def test_a_failed_call_of_the_replaced_state_leaves_the_loaded_state_alone
     backoff (30 s here) that the failure would have set."""
     summarizer = ScriptedSummarizer(decide_on_release=True)
     summarizer.hold()
-    cfg = config(full_zone_turns=1, retry_backoff_base_s=30.0, summarizer_timeout_s=0.2)
+    cfg = config(full_zone_turns=1, retry_backoff_base_s=30.0)
     memory = await make_memory(cfg, summarizer=summarizer)
     await memory.add_turn(turn(0))
     await memory.add_turn(turn(1))  # u0 evicted: a call for it
     await summarizer.wait_for_calls(1)
     memory.from_dict(json.loads(json.dumps(memory.to_dict())))
     summarizer.fail_next(1, mode)
-    summarizer.release()  # the replaced state's call fails (or hangs, and times out)
-    await eventually(
-        lambda: summarizer.ended[0],
-        what=f"WM-008: the replaced state's call, failing ({mode}), ends (precondition)",
-    )
+    summarizer.release()  # the replaced state's call fails
+    await eventually(lambda: summarizer.ended[0], what="the replaced state's call ends")
     # A turn too, for a backend that summarizes only when a turn comes (HLT-002's fault,
     # checked elsewhere); with no backoff to wait out, it may start the call.
     await memory.add_turn(turn(2))
@@ -484,8 +481,11 @@ async def test_flush_does_not_hang_on_a_summarizer_that_ignores_cancellation(mak
     request): its call must still be given up at ``summarizer_timeout_s``, not waited for
     until it ends, so ``flush()`` returns, and the timeout counts as a failure."""
     end = asyncio.Event()
+    calls = 0
 
     async def stubborn(payload: Any) -> dict[str, str]:
+        nonlocal calls
+        calls += 1
         while not end.is_set():
             try:
                 await end.wait()
@@ -498,13 +498,20 @@ async def test_flush_does_not_hang_on_a_summarizer_that_ignores_cancellation(mak
     try:
         await memory.add_turn(turn(0))
         await memory.add_turn(turn(1))
-        await returns_within(
-            memory.flush(),
-            what=(
+        flushing = asyncio.ensure_future(memory.flush())
+        done, _ = await asyncio.wait({flushing}, timeout=patient(4))
+        if not done:
+            flushing.cancel()
+            if memory.health.value == "retry" and calls > 1:
+                raise AssertionError(
+                    f"HLT-004: {calls} calls timed out and the memory still retries, with "
+                    "retry_attempts=0: it never degrades, so flush() never returns"
+                )
+            raise AssertionError(
                 "WM-008: flush() waited on a summarizer call that ignores its cancellation: "
                 "at summarizer_timeout_s the call must be given up, not awaited"
-            ),
-        )
+            )
+        flushing.result()
         assert memory.health.value == "degraded", (
             f"HLT-007: a call that timed out is a failure (health {memory.health.value!r})"
         )

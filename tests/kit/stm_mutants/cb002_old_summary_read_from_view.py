@@ -21,7 +21,7 @@ COLLATERAL: dict[str, str] = {}
 
 
 class _OldFromView(CallbackQueue):
-    def __init__(self, memory: "OldFromViewMemory", callback: Any) -> None:
+    def __init__(self, memory: OldFromViewMemory, callback: Any) -> None:
         super().__init__("on_summary_updated", callback)
         self._memory = memory
 

@@ -20,6 +20,10 @@ COLLATERAL = {
     "KEY-002": (
         "keys that differ only in their tenant share one state, so distinct keys are not kept apart"
     ),
+    "KEY-007": (
+        "a memory that ignores the tenant of its key takes another tenant's state, recorded "
+        "under the same user and session, for its own"
+    ),
 }
 
 

@@ -9,11 +9,11 @@ call, and the worker, and ``flush()``, waiting forever: the call never "fails".
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 from reference_impl import watermark
 from reference_impl.inputs import text_problem
 from reference_impl.memory import DefaultShortTermMemory
-from collections.abc import Mapping
 
 from . import mutant_provider
 
