@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import uuid
 from collections.abc import Awaitable, Callable
+from importlib import resources
 from typing import Any
 
 import pytest
@@ -22,7 +24,12 @@ from stm_conformance.checks import (
     turn_json,
     users,
 )
-from stm_conformance.contract import ConversationTurn, TrajectoryDigest, default_token_estimator
+from stm_conformance.contract import (
+    ConversationTurn,
+    MemoryKey,
+    TrajectoryDigest,
+    default_token_estimator,
+)
 from stm_conformance.model import SpecModel
 
 req = pytest.mark.stm_requirement
@@ -146,11 +153,19 @@ async def test_rolling_summary_stays_within_budget(make_memory, scripted_summari
 @req("BUD-008", "BUD-001", "BUD-002", "BUD-003")
 @cap("truncation")
 @pytest.mark.parametrize("estimator", [_words, lambda s: len(s) // 3 + 2], ids=["words", "len3"])
-async def test_estimate_uses_the_configured_estimator(make_memory, estimator):
-    cfg = config("truncation", full_zone_turns=3, total_max_tokens=0, token_estimator=estimator)
+@pytest.mark.parametrize("total", [0, 60])
+async def test_estimate_uses_the_configured_estimator(make_memory, estimator, total):
+    """Measured, and under a limit trimmed, by the configured estimator."""
+    cfg = config(
+        "truncation",
+        full_zone_turns=3,
+        total_max_tokens=total,
+        summary_max_tokens=20,
+        token_estimator=estimator,
+    )
     memory = await make_memory(cfg)
     for i in range(5):
-        await memory.add_turn(turn(i, pad=i, digest=i % 2 == 0))
+        await memory.add_turn(turn(i, pad=20 if total else i, digest=i % 2 == 0))
         await _check_invariants(memory, cfg, estimator)
 
 
@@ -366,6 +381,55 @@ async def test_a_summary_over_many_pending_turns_hides_them_in_one_step(make_mem
     _assert_view_is_the_models(await _check_invariants(memory, cfg), model, "after the summary")
     hidden_at_once = before - len(model.visible_pending) - len(calls[0]["turns"])
     assert hidden_at_once >= 3, f"check setup: the summary hid only {hidden_at_once} turns"
+
+
+@scenario("bound:upper")
+@req("BUD-001", "BUD-003", "BUD-008")
+@cap("serialization")
+@pytest.mark.parametrize("strategy", EITHER_STRATEGY)
+async def test_a_state_loaded_under_a_smaller_budget_is_brought_within_it(
+    make_memory, scripted_summarizer, strategy
+):
+    """A state written with no token limit, loaded into a memory of the same window with
+    a small one: the view is within the limit right after the load, before any turn."""
+    key = MemoryKey("t", "u", f"smaller-budget-{uuid.uuid4().hex}")
+    wide = config(strategy, full_zone_turns=3, total_max_tokens=0)
+    writer = await make_memory(wide, key=key, summarizer=scripted_summarizer)
+    scripted_summarizer.hold()
+    for i in range(6):
+        await writer.add_turn(turn(i, pad=60))
+    state = json.loads(json.dumps(writer.to_dict()))
+    narrow = config(strategy, full_zone_turns=3, total_max_tokens=60, summary_max_tokens=20)
+    reader = await make_memory(narrow, key=key, summarizer=ScriptedSummarizer())
+    reader.from_dict(state)
+    await _check_invariants(reader, narrow)
+    scripted_summarizer.release()
+
+
+@scenario("bound:upper")
+@req("BUD-001", "BUD-004", "SER-004")
+@cap("rolling_summary")
+@cap("serialization")
+async def test_a_loaded_summary_within_its_limit_but_over_the_total_is_shortened(make_memory):
+    """``full_zone_turns=0`` and ``summary_max_tokens`` equal to ``total_max_tokens``: a
+    loaded summary of exactly that size is valid, but with the view's keys it is over the
+    limit, and with no turn to hide or evict it must be shortened at load (BUD-004)."""
+    total = 40
+    summary = "summary " * 19 + "end"  # exactly 39 tokens by itself
+    assert default_token_estimator(summary) <= total, "check setup"
+    folder = resources.files("stm_conformance") / "data" / "penguiflow_v1"
+    state = json.loads((folder / "rolling_summary_healthy.json").read_text(encoding="utf-8"))
+    state.update(summary=summary, turns=[], pending=[])
+    cfg = config(full_zone_turns=0, total_max_tokens=total, summary_max_tokens=total)
+    memory = await make_memory(cfg, summarizer=ScriptedSummarizer())
+    try:
+        memory.from_dict(state)
+    except ValueError:
+        return  # refusing the state keeps BUD-001 too
+    view = await _check_invariants(memory, cfg)
+    assert summary.endswith(view.get("summary", "")), (
+        "BUD-004: a loaded summary is shortened to a tail (its newest text)"
+    )
 
 
 @scenario("bound:lower", "bound:upper")

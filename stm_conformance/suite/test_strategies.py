@@ -31,6 +31,23 @@ async def test_none_strategy_is_a_no_op(make_memory):
     assert memory.estimate_tokens() == default_token_estimator("{}")
 
 
+@req("BUD-008", "STR-001")
+async def test_none_strategy_measures_its_view_with_the_configured_estimator(make_memory):
+    """``none`` shows ``{}``; ``estimate_tokens()`` is the configured estimator on it, not
+    the default's count (nor a constant)."""
+
+    def heavy(text: str) -> int:
+        return len(text) // 2 + 3
+
+    memory = await make_memory(config("none", token_estimator=heavy))
+    await memory.add_turn(turn(0))
+    tokens = memory.estimate_tokens()
+    assert tokens == heavy("{}") != default_token_estimator("{}"), (
+        f"BUD-008: strategy none's estimate_tokens() is {tokens}; the configured estimator "
+        f"counts its view {{}} as {heavy('{}')}"
+    )
+
+
 @req("STR-002", "BUD-003")
 @cap("truncation")
 @pytest.mark.parametrize("window", [0, 1, 3])
