@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import resources
@@ -612,6 +613,40 @@ async def test_a_state_holding_what_its_strategy_never_holds_is_refused(
         assert json.dumps(memory.to_dict(), sort_keys=True) == before_state, (
             "SER-003: a refused from_dict changed to_dict()"
         )
+
+
+@scenario("direction:accept")
+@req("SER-004", "SER-005")
+@cap("persistence")
+@pytest.mark.parametrize("name", ["rolling_summary_pending.json", "truncation_with_digest.json"])
+async def test_a_penguiflow_v1_record_in_a_store_hydrates(
+    make_memory, stm_provider, stm_capabilities, stm_store, name
+):
+    """A deployment migrates by hydrating the records PenguiFlow's own ``persist`` wrote:
+    version 1 states, which record no key and no storage key. ``hydrate`` loads them as
+    ``from_dict`` does."""
+    state = _v1(name)
+    snap = state["config_snapshot"]
+    if snap["strategy"] not in stm_capabilities:
+        pytest.skip(f"backend does not declare capability {snap['strategy']!r}")
+    cfg = ShortTermMemoryConfig(
+        strategy=snap["strategy"], budget=MemoryBudget(**snap["budget"]), retry_backoff_base_s=30.0
+    )
+    key = MemoryKey("t", "u", f"v1-record-{uuid.uuid4().hex}")
+    storage = stm_provider.key_for_storage(key)
+    await stm_store.save_memory_state(storage, state)
+    summarizer = ScriptedSummarizer()
+    summarizer.hold()
+    hydrated = await make_memory(cfg, key=key, summarizer=summarizer)
+    await hydrated.hydrate(stm_store, storage)
+    loaded = await make_memory(cfg, summarizer=summarizer)
+    loaded.from_dict(state)
+    got, want = await memory_view(hydrated), await memory_view(loaded)
+    assert got == want, (
+        f"SER-004: the v1 record {name} hydrated shows {got}, not what from_dict of it "
+        f"shows: {want}"
+    )
+    summarizer.release()
 
 
 @scenario("bound:lower", "bound:upper")
