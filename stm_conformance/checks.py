@@ -7,6 +7,7 @@ through the protocol and JSON-level outputs.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -32,9 +33,11 @@ __all__ = [
     "config",
     "eventually",
     "hide_every_pending_turn",
+    "json_state",
     "memory_view",
     "patient",
     "returns_within",
+    "state_text",
     "summary_or_failure",
     "turn",
     "turn_json",
@@ -60,6 +63,23 @@ def turn(i: int, *, pad: int = 0, digest: bool = False) -> ConversationTurn:
         if digest
         else None,
     )
+
+
+def state_text(memory: Any) -> str:
+    """``memory.to_dict()`` as JSON text with sorted keys, for comparing states; SER-001
+    when it is not JSON data, whatever check asks."""
+    state = memory.to_dict()
+    try:
+        return json.dumps(state, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise AssertionError(f"SER-001: to_dict() is not JSON data: {exc}") from exc
+
+
+def json_state(memory: Any) -> dict[str, Any]:
+    """``memory.to_dict()`` through JSON, as a store would hand it back (SER-001 when it is
+    not JSON data)."""
+    loaded: dict[str, Any] = json.loads(state_text(memory))
+    return loaded
 
 
 def turn_json(t: ConversationTurn, *, include_digest: bool = True) -> dict[str, Any]:

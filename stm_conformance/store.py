@@ -39,7 +39,8 @@ class KitStateStore:
         try:
             text = json.dumps(dict(state), ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            raise TypeError(f"state saved under {key!r} is not JSON data: {exc}") from exc
+            # Named as SER-001's: the check that persists is about something else.
+            raise TypeError(f"SER-001: state saved under {key!r} is not JSON data: {exc}") from exc
         self.saved_keys.append(key)
         self._records[key] = text
 

@@ -18,7 +18,9 @@ from stm_conformance.checks import (
     canonical_json,
     config,
     eventually,
+    json_state,
     memory_view,
+    state_text,
     summary_or_failure,
     turn,
     turn_json,
@@ -398,7 +400,7 @@ async def test_a_state_loaded_under_a_smaller_budget_is_brought_within_it(
     scripted_summarizer.hold()
     for i in range(6):
         await writer.add_turn(turn(i, pad=60))
-    state = json.loads(json.dumps(writer.to_dict()))
+    state = json_state(writer)
     narrow = config(strategy, full_zone_turns=3, total_max_tokens=60, summary_max_tokens=20)
     reader = await make_memory(narrow, key=key, summarizer=ScriptedSummarizer())
     reader.from_dict(state)
@@ -668,9 +670,9 @@ async def test_error_policy_is_atomic(
             assert await memory.get_llm_context() == before_view, "view changed on error"
             assert memory.estimate_tokens() == before_tokens, "tokens changed on error"
             if before_state is not None:
-                assert json.dumps(memory.to_dict(), sort_keys=True) == json.dumps(
-                    before_state, sort_keys=True
-                ), "to_dict() changed on error"
+                assert state_text(memory) == json.dumps(before_state, sort_keys=True), (
+                    "to_dict() changed on error"
+                )
             assert len(recording_callbacks.turns) == before_turns, "on_turn_added ran on error"
             assert len(scripted_summarizer.calls) == before_calls, "summarizer ran on error"
             break

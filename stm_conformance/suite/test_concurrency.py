@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 
 import anyio
 import pytest
 
 from stm_conformance import RecordingCallbacks, ScriptedSummarizer
 from stm_conformance._deadline import settle_tasks
-from stm_conformance.checks import config, eventually, memory_view, patient, turn, users
+from stm_conformance.checks import config, eventually, json_state, memory_view, patient, turn, users
 from stm_conformance.contract import MemoryKey
 from stm_conformance.fixtures import CheckedMemory
 
@@ -90,7 +89,7 @@ async def test_a_closed_memory_starts_no_work(stm_provider, scripted_summarizer)
     for i in range(3):
         await memory.add_turn(turn(i))
     await scripted_summarizer.wait_for_calls(1)
-    state = json.loads(json.dumps(raw.to_dict()))
+    state = json_state(raw)
     with anyio.fail_after(patient(2)):
         await raw.aclose()
     calls = len(scripted_summarizer.calls)

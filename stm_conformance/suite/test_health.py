@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from typing import Any
@@ -11,7 +10,7 @@ import anyio
 import pytest
 
 from stm_conformance import ScriptedSummarizer
-from stm_conformance.checks import config, eventually, memory_view, patient, turn, users
+from stm_conformance.checks import config, eventually, json_state, memory_view, patient, turn, users
 from stm_conformance.contract import MemoryKey
 
 pytestmark = [pytest.mark.stm_capability("rolling_summary")]
@@ -47,7 +46,7 @@ def _reloader(memory: Any, via: str, store: Any, storage_key: str) -> Any:
 
     async def reload() -> None:
         if via == "from_dict":
-            memory.from_dict(json.loads(json.dumps(memory.to_dict())))
+            memory.from_dict(json_state(memory))
         else:
             await memory.persist(store, storage_key)
             await memory.hydrate(store, storage_key)
@@ -201,7 +200,7 @@ async def test_failures_before_a_restore_still_count_after_it(make_memory, scrip
     assert memory.health.value == "retry", (
         f"HLT-002: RETRY while retry 2 of 2 runs, not {memory.health.value!r}"
     )
-    state = json.loads(json.dumps(memory.to_dict()))
+    state = json_state(memory)
     restored_summarizer = ScriptedSummarizer()
     restored_summarizer.fail_always("raise")
     restored = await make_memory(cfg, key=key, summarizer=restored_summarizer)

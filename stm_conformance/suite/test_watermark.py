@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import anyio
@@ -15,6 +14,7 @@ from stm_conformance.checks import (
     config,
     eventually,
     hide_every_pending_turn,
+    json_state,
     memory_view,
     patient,
     returns_within,
@@ -188,7 +188,7 @@ async def test_at_most_one_call_in_flight_across_a_from_dict(make_memory):
     for i in range(3):
         await memory.add_turn(turn(i))
     await eventually(lambda: active == 1, what="a summarizer call in flight")
-    memory.from_dict(json.loads(json.dumps(memory.to_dict())))
+    memory.from_dict(json_state(memory))
     for i in range(3, 8):
         await memory.add_turn(turn(i))
         await asyncio.sleep(0.002)
@@ -214,7 +214,7 @@ async def test_a_failed_call_of_the_replaced_state_leaves_the_loaded_state_alone
     await memory.add_turn(turn(0))
     await memory.add_turn(turn(1))  # u0 evicted: a call for it
     await summarizer.wait_for_calls(1)
-    memory.from_dict(json.loads(json.dumps(memory.to_dict())))
+    memory.from_dict(json_state(memory))
     summarizer.fail_next(1, mode)
     summarizer.release()  # the replaced state's call fails
     await eventually(lambda: summarizer.ended[0], what="the replaced state's call ends")
@@ -252,7 +252,7 @@ async def test_a_flush_waiting_when_from_dict_replaces_the_state_returns(make_me
     flushing = asyncio.ensure_future(memory.flush())
     await asyncio.sleep(0.01)
     assert not flushing.done(), "WM-007: flush() returned while its turns' call was held"
-    memory.from_dict(json.loads(json.dumps(memory.to_dict())))
+    memory.from_dict(json_state(memory))
     summarizer.release()
     await returns_within(
         flushing,
@@ -282,7 +282,7 @@ async def test_a_call_begun_before_a_reload_never_reaches_the_summarizer_after_i
         await _bare_add_turn(memory, turn(1))  # u0 evicted: the memory starts a call for it
         for _ in range(turns_before):
             await asyncio.sleep(0)
-        memory.from_dict(json.loads(json.dumps(memory.to_dict())))
+        memory.from_dict(json_state(memory))
         reloaded_at = len(summarizer.calls)
         summarizer.release()
         await returns_within(
@@ -336,7 +336,7 @@ async def test_pending_turns_the_budget_hides_survive_a_round_trip(make_memory):
         await memory.add_turn(turn(i, pad=12))
     shown = users((await memory_view(memory)).get("pending_turns"))
     assert len(shown) < 7, f"check setup: the budget hides no pending turn ({shown})"
-    state = json.loads(json.dumps(memory.to_dict()))
+    state = json_state(memory)
     sent = ScriptedSummarizer()
     clone = await make_memory(cfg, key=key, summarizer=sent)
     clone.from_dict(state)
