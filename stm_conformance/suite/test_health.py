@@ -235,8 +235,16 @@ async def test_degraded_backlog_is_bounded_and_counted(
     await eventually(
         lambda: memory.health.value == "degraded", what="HLT-004: DEGRADED (precondition)"
     )
+    degraded_at = time.monotonic()
     for i in range(2, 10):
         await memory.add_turn(turn(i))
+    calls = len(scripted_summarizer.calls)
+    quick = time.monotonic() - degraded_at < 0.15  # within the interval: no attempt is due
+    assert not quick or (memory.health.value == "degraded" and calls == 1), (
+        f"HLT-006: 8 turns added within degraded_retry_interval_s of degrading, and the memory "
+        f"is {memory.health.value!r} after {calls} calls: a turn must not bring a recovery "
+        "attempt sooner (precondition)"
+    )
     if "serialization" in stm_capabilities:
         dropped = memory.to_dict().get("dropped_turns")
         assert dropped == 6, f"9 evicted turns, backlog of 3: dropped_turns={dropped}, want 6"
@@ -395,6 +403,11 @@ async def test_recovery_is_rate_limited_and_returns_to_healthy(
     if callbacks:  # RECOVERING is too brief to poll for; on_health_changed reports it
         await recording_callbacks.wait_for("health", 1)
         seen = [new for _, new in recording_callbacks.health]
+        if ("degraded", "healthy") in recording_callbacks.health:
+            raise AssertionError(
+                f"CB-003: on_health_changed reported DEGRADED -> HEALTHY, leaving out the "
+                f"RECOVERING between them: {recording_callbacks.health}"
+            )
         assert "recovering" in seen, f"no RECOVERING state observed: {recording_callbacks.health}"
     assert (await memory_view(memory)).get("summary"), "recovery installs a summary"
 

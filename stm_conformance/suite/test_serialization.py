@@ -392,7 +392,8 @@ async def test_a_restored_failing_memory_recovers_by_itself(make_memory, health)
     clone = await make_memory(cfg, key=key, summarizer=clone_summarizer)
     clone.from_dict(state)
     assert clone.to_dict().get("dropped_turns") == state.get("dropped_turns"), (
-        "SER-002: dropped_turns changed in the round trip"
+        "HLT-005: dropped_turns changed in the round trip: the count of dropped turns "
+        "is part of the state"
     )
     # The original goes on too, its calls now succeeding: if it does not heal by itself
     # either, the memory never did (HLT-002/HLT-006), whatever the round trip.
