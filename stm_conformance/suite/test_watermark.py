@@ -386,6 +386,26 @@ async def test_budget_trimming_never_deletes_pending(make_memory, scripted_summa
     assert kept == list(range(15)), f"turns lost under {policy}: only {kept} survived"
 
 
+@req("WM-006")
+async def test_the_backlog_limit_bounds_nothing_while_healthy(make_memory, scripted_summarizer):
+    """``recovery_backlog_limit`` bounds the DEGRADED backlog only: a HEALTHY memory with
+    more pending turns than that (a call held) keeps every one until a summary covers it."""
+    cfg = config(full_zone_turns=1, recovery_backlog_limit=2)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.hold()
+    for i in range(10):
+        await memory.add_turn(turn(i))
+    scripted_summarizer.release()
+    await memory.flush()
+    sent = [u for call in scripted_summarizer.calls for u in users(call["turns"])]
+    recent = users((await memory_view(memory))["recent_turns"])
+    kept = sorted({int(u[1:]) for u in sent + recent})
+    assert kept == list(range(10)), (
+        f"WM-006: with recovery_backlog_limit=2 and the memory HEALTHY, only {kept} of 10 "
+        "turns reached a summary or stayed recent: the limit bounds the DEGRADED backlog only"
+    )
+
+
 @req("WM-007")
 async def test_flush_waits_for_everything_pending_at_call_time(make_memory, scripted_summarizer):
     memory = await make_memory(config(full_zone_turns=1), summarizer=scripted_summarizer)
