@@ -151,6 +151,11 @@ class SpecModel:
         turns = list(payload.get("turns") or [])
         installed = self.summary if summary_at_start is None else summary_at_start
         if payload.get("previous_summary") != installed:
+            if self.health == "retry":  # the last good summary is gone: HLT-003 keeps it
+                return "HLT-003", (
+                    f"a retry was sent previous_summary={payload.get('previous_summary')!r}; "
+                    f"RETRY keeps the last good summary, {installed!r}"
+                )
             return "WM-004", (
                 f"a call was sent previous_summary={payload.get('previous_summary')!r}; "
                 f"the summary installed when it started is {installed!r}"

@@ -930,9 +930,12 @@ def _summary_difference(model: SpecModel, summary: str, step: _Step) -> tuple[st
     trim_rule = (
         "BUD-005" if model.config.budget.overflow_policy == "truncate_summary" else "BUD-004"
     )
-    if expected.endswith(summary):
+    if model.health == "retry" and not summary:
+        return "HLT-003", f"RETRY must show the last good summary, {expected!r}; it shows none"
+    limited = bool(model.config.budget.total_max_tokens)  # else the budget shortens nothing
+    if limited and expected.endswith(summary):
         return trim_rule, "the summary was shortened more than the budget needs"
-    if summary.endswith(expected):
+    if limited and summary.endswith(expected):
         return trim_rule, "the summary was not shortened (newest text kept) as the budget needs"
     got, want = _summary_users(summary), _summary_users(expected)
     by_user = {t.rendered["user"]: t for t in model.turns}

@@ -111,21 +111,27 @@ async def test_failure_retries_by_itself_then_recovers(make_memory, scripted_sum
 
 
 @req("HLT-003")
-async def test_retry_keeps_summary_and_pending(make_memory, scripted_summarizer):
+@pytest.mark.parametrize("mode", ["raise", "oversize", "not_mapping"])
+async def test_retry_keeps_summary_and_pending(make_memory, scripted_summarizer, mode):
+    """Whatever the failure (an exception, a summary over its limit, output that is no
+    mapping), RETRY keeps the last good summary and every pending turn."""
     cfg = config(full_zone_turns=1, retry_backoff_base_s=30.0)
     memory = await make_memory(cfg, summarizer=scripted_summarizer)
     await memory.add_turn(turn(0))
     await memory.add_turn(turn(1))
     await memory.flush()
     summary = (await memory_view(memory))["summary"]
-    scripted_summarizer.fail_next(1, mode="raise")
+    scripted_summarizer.fail_next(1, mode=mode)
     await memory.add_turn(turn(2))
     await eventually(
         lambda: memory.health.value == "retry", what="HLT-002: RETRY after a failure (precondition)"
     )
     await memory.add_turn(turn(3))
     view = await memory_view(memory)
-    assert view.get("summary") == summary, "RETRY must keep the last good summary"
+    assert view.get("summary") == summary, (
+        f"HLT-003: RETRY after a failed call ({mode}) must keep the last good summary "
+        f"{summary!r}, not {view.get('summary')!r}"
+    )
     assert users(view.get("pending_turns")) == ["u1", "u2"], view
 
 

@@ -4,6 +4,7 @@ budget hides pending turns and evicts recent ones as usual, but if the summary a
 still over total_max_tokens with the view's keys, the loaded view stays over the budget.
 Summaries installed at run time, and loads under truncate_summary, are shortened as by
 the reference (policy truncate_oldest only)."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping

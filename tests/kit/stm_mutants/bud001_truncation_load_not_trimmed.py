@@ -2,6 +2,7 @@
 ("the state was written under a budget"): loaded into a memory with a smaller
 total_max_tokens, the view stays over it until the next add_turn. The window is applied;
 rolling_summary states are settled as by the reference."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,6 +1,7 @@
 """BUD-001 broken: the truncation strategy trims by the default len//4+1 count of the view,
 whatever token_estimator is configured; estimate_tokens() still uses the configured one.
 With an estimator heavier than the default the view stays over total_max_tokens."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,5 +1,6 @@
 """BUD-008 broken: strategy none's estimate_tokens() is a constant, the default
 estimator's count of "{}" (1), whatever token_estimator is configured."""
+
 from __future__ import annotations
 
 from reference_impl.memory import DefaultShortTermMemory

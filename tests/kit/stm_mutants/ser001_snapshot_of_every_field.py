@@ -2,6 +2,7 @@
 every field of the configuration: callbacks and a custom token_estimator are written as the
 callables they are, so to_dict() is not JSON-serialisable for such a memory. With the
 default config (no callbacks, default estimator) it is plain JSON."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -2,6 +2,7 @@
 observations, no reasoning, no artifact refs) to no digest, as PenguiFlow's digest builder
 would. A turn added with such a digest renders with "trajectory_digest" before the round
 trip and without it after."""
+
 from __future__ import annotations
 
 import copy
@@ -18,8 +19,8 @@ COLLATERAL: dict[str, str] = {}
 
 def _empty(digest: Any) -> bool:
     return isinstance(digest, Mapping) and not any(
-        digest.get(k) for k in ("tools_invoked", "observations_summary", "reasoning_summary",
-                                "artifacts_refs")
+        digest.get(k)
+        for k in ("tools_invoked", "observations_summary", "reasoning_summary", "artifacts_refs")
     )
 
 

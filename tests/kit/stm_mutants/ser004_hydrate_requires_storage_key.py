@@ -2,6 +2,7 @@
 was saved under ("storage_key"): every state PenguiFlow's DefaultShortTermMemory persisted
 (version 1, which has no such field) is ignored, so an existing deployment cannot migrate
 by hydrating its records. from_dict of the same v1 state loads as by the reference."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping

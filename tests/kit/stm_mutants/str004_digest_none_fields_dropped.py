@@ -1,6 +1,7 @@
 """STR-004 broken (control): the rendered digest leaves out fields that are None
 (``model_dump(exclude_none=True)``), so a digest without reasoning renders without
 "reasoning_summary"."""
+
 from __future__ import annotations
 
 import contextlib
