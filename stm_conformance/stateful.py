@@ -878,6 +878,9 @@ def diagnose(
         rule = step.health_rule
         if step.retry_rule and health == "retry" and model.health == "degraded":
             rule = step.retry_rule
+        elif seen == "degraded" and model.health == "retry" and rule in ("HLT-002", "HLT-004"):
+            # Taken as a failure, but DEGRADED before the first attempt and every retry failed
+            rule = "HLT-004"
         return rule, f"health is {health!r} after {step.name}; the spec: {model.health}"
     spec = model.view()["conversation_memory"]
     if inner == spec:

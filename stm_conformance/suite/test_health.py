@@ -155,9 +155,14 @@ async def test_degrades_after_retries_are_exhausted(make_memory, scripted_summar
 
 @req("HLT-004")
 async def test_failures_are_counted_afresh_after_a_success(make_memory, scripted_summarizer):
-    """A success ends a failure episode: the next episode again gets the first attempt and
-    ``retry_attempts`` retries before DEGRADED."""
-    cfg = config(full_zone_turns=1, retry_attempts=1, retry_backoff_base_s=0.01)
+    """A success ends a failure episode, a recovery's too: the next episode again gets the
+    first attempt and ``retry_attempts`` retries before DEGRADED."""
+    cfg = config(
+        full_zone_turns=1,
+        retry_attempts=1,
+        retry_backoff_base_s=0.01,
+        degraded_retry_interval_s=0.05,
+    )
     memory = await make_memory(cfg, summarizer=scripted_summarizer)
     scripted_summarizer.fail_next(1, mode="raise")
     await memory.add_turn(turn(0))
@@ -174,6 +179,19 @@ async def test_failures_are_counted_afresh_after_a_success(make_memory, scripted
     calls = len(scripted_summarizer.calls) - before
     assert calls == cfg.retry_attempts + 1, (
         f"HLT-004: after a success, {calls} failed call(s) led to DEGRADED; the new episode "
+        f"gets the first attempt and {cfg.retry_attempts} retry"
+    )
+    scripted_summarizer.succeed()
+    await eventually(
+        lambda: memory.health.value == "healthy", what="HLT-006: recovery (precondition)"
+    )
+    before = len(scripted_summarizer.calls)
+    scripted_summarizer.fail_always("raise")
+    await memory.add_turn(turn(3))
+    await eventually(lambda: memory.health.value == "degraded", what="DEGRADED again")
+    calls = len(scripted_summarizer.calls) - before
+    assert calls == cfg.retry_attempts + 1, (
+        f"HLT-004: after a recovery, {calls} failed call(s) led to DEGRADED; the new episode "
         f"gets the first attempt and {cfg.retry_attempts} retry"
     )
 
