@@ -15,7 +15,10 @@ from reference_impl.memory import DefaultShortTermMemory
 from . import mutant_provider
 
 BREAKS = "BUD-002"
-COLLATERAL: dict[str, str] = {}
+COLLATERAL: dict[str, str] = {
+    "BUD-001": "the stored text it puts back is also what the budget shortened to fit "
+    "total_max_tokens: the loaded view is over the limit"
+}
 
 
 class UnclippedLoadMemory(DefaultShortTermMemory):
