@@ -295,21 +295,28 @@ async def test_slow_summary_and_health_callbacks_never_delay_flush(
         for i in range(4):
             await memory.add_turn(turn(i))
             await memory.flush()
+        # And to DEGRADED, where a flush returns at once: not once the callback is done.
+        degrading = config(full_zone_turns=1, retry_attempts=0, **callbacks.config_kwargs())
+        memory = await make_memory(degrading, summarizer=summarizer)
+        summarizer.fail_next(1, mode="raise")
+        for i in range(2):
+            await memory.add_turn(turn(i))
+        await memory.flush()
 
     # The same with callbacks that return at once: what it takes without them to wait
     # for (a retry that waits for the next add_turn is HLT-002's, not the callbacks').
     await returns_within(
         turns_and_flushes(RecordingCallbacks(), ScriptedSummarizer()),
         timeout=2,
-        what="HLT-002: four add_turn and flush() calls, one failed summarizer call retried "
-        "(precondition, with callbacks that return at once)",
+        what="HLT-002: four add_turn and flush() calls, one failed summarizer call retried, "
+        "then a memory degraded (precondition, with callbacks that return at once)",
     )
     slow = RecordingCallbacks(delay_s=30.0)
     await returns_within(
         turns_and_flushes(slow, scripted_summarizer),
         timeout=2,
-        what="CB-004: four add_turn and flush() calls while summary and health callbacks "
-        "take 30s each",
+        what="CB-004: four add_turn and flush() calls, and a flush() of a degraded memory, "
+        "while summary and health callbacks take 30s each",
     )
     # The slow callbacks did run: what flush() returned without waiting for.
     for attr, rule in (("summaries", "CB-002"), ("health", "CB-003")):
