@@ -114,6 +114,41 @@ async def test_turns_evicted_during_a_call_stay_pending(make_memory):
     await memory.flush()
 
 
+@req("WM-003")
+async def test_turns_evicted_while_a_summary_is_installed_stay_pending(
+    make_memory, scripted_summarizer
+):
+    """Turns keep coming, a turn of the event loop or two apart, while the first call's
+    summary comes back and is installed: whenever each lands, it is covered by a later call
+    or still recent, never lost with the turns the summary covers (an install that awaits
+    anything between taking the pending turns and writing the rest back loses them)."""
+    memory = await make_memory(config(full_zone_turns=1), summarizer=scripted_summarizer)
+    scripted_summarizer.hold()
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))  # evicts u0: call 1 starts with [u0]
+    await scripted_summarizer.wait_for_calls(1)
+    scripted_summarizer.release()
+    for i in range(2, 30):
+        await memory.add_turn(turn(i))
+        await asyncio.sleep(0)
+    # Before flush(), which would wait for lost turns for good: each turn is sent, pending
+    # or recent (no token limit hides any).
+    lost: list[int] = []
+    for _ in range(20):
+        view = await memory_view(memory)
+        sent = [u for call in scripted_summarizer.calls for u in users(call["turns"])]
+        held = sent + users(view.get("pending_turns")) + users(view["recent_turns"])
+        lost = sorted(set(range(30)) - {int(u[1:]) for u in held})
+        if not lost:
+            break
+        await asyncio.sleep(0.01)
+    assert not lost, (
+        f"WM-003: turns {[f'u{i}' for i in lost]}, evicted while a summary came back and was "
+        "installed, are neither pending nor recent nor sent to a call"
+    )
+    await memory.flush()
+
+
 @req("WM-004")
 async def test_each_turn_reaches_one_successful_call_in_order(make_memory, scripted_summarizer):
     memory = await make_memory(config(full_zone_turns=2), summarizer=scripted_summarizer)
