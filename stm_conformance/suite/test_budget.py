@@ -385,6 +385,45 @@ async def test_a_summary_over_many_pending_turns_hides_them_in_one_step(make_mem
     assert hidden_at_once >= 3, f"check setup: the summary hid only {hidden_at_once} turns"
 
 
+@scenario("bound:lower", "bound:upper")
+@req("BUD-007", "BUD-002")
+@cap("rolling_summary")
+async def test_an_empty_summary_fits_a_summary_limit_of_zero(make_memory):
+    """The size of ``""`` is 0 (spec section 0): with ``summary_max_tokens=0`` an empty
+    summary is a valid one, installed, and any other text a failed call."""
+    answers = ["", "x"]
+    summarizer_calls: list[Any] = []
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        summarizer_calls.append(payload)
+        return {"summary": answers.pop(0) if answers else "x"}
+
+    cfg = config(full_zone_turns=1, summary_max_tokens=0, retry_backoff_base_s=30.0)
+    memory = await make_memory(cfg, summarizer=summarizer)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))  # u0 evicted: the first call answers ""
+    await eventually(lambda: bool(summarizer_calls), what="WM-002: a call for u0 (precondition)")
+
+    async def installed() -> bool:
+        return memory.health.value == "healthy" and not (await memory_view(memory)).get(
+            "pending_turns"
+        )
+
+    for _ in range(50):
+        if await installed():
+            break
+        await asyncio.sleep(0.01)
+    assert await installed(), (
+        f"BUD-007: an empty summary (size 0) within summary_max_tokens=0 was taken as a "
+        f"failed call: health {memory.health.value!r}"
+    )
+    await memory.add_turn(turn(2))  # u1 evicted: the next call answers "x", size 1 > 0
+    await eventually(
+        lambda: memory.health.value != "healthy",
+        what="BUD-007: a summary of 1 token over summary_max_tokens=0 is a failed call",
+    )
+
+
 @scenario("bound:upper")
 @req("BUD-001", "BUD-003", "BUD-008")
 @cap("serialization")
