@@ -20,6 +20,7 @@ from stm_conformance.checks import (
     eventually,
     json_state,
     memory_view,
+    returns_within,
     state_text,
     summary_or_failure,
     turn,
@@ -1013,6 +1014,24 @@ async def test_error_policy_measures_the_summary_with_the_turns_evicted_during_i
     )
 
 
+async def _empty_summary_is_left_out(make_memory: Any) -> None:
+    """STR-003, as a precondition of a check that sizes a view by the spec's shape: once
+    an empty summary is installed, the view has no ``summary`` key."""
+
+    async def empty(payload: Any) -> dict[str, str]:
+        return {"summary": ""}
+
+    probe = await make_memory(config(full_zone_turns=1), summarizer=empty)
+    await probe.add_turn(turn(0))
+    await probe.add_turn(turn(1))
+    await returns_within(probe.flush(), what="WM-007: flush() with a summarizer that answers")
+    view = await memory_view(probe)
+    assert "summary" not in view, (
+        f"STR-003: an empty summary installed, the view shows {view}: summary only when not "
+        "empty (precondition)"
+    )
+
+
 @scenario("direction:accept", "direction:reject", "bound:lower", "bound:upper")
 @req("BUD-007")
 @cap("rolling_summary")
@@ -1026,6 +1045,8 @@ async def test_error_policy_measures_a_recovery_summary_with_the_turns_evicted_d
     ``total_max_tokens`` is that view's size (from the kit model), or one token less: the
     summary, empty or not, is installed at the limit and is a failed attempt one over.
     Only what the view will show is measured: neither the covered u0 nor an empty summary."""
+    if not summary:
+        await _empty_summary_is_left_out(make_memory)  # the limit below assumes it
     text = "The user asked about retries; the assistant advised backoff. " * 4 if summary else ""
     turns = [turn(0), *(turn(i, pad=12 + i) for i in (1, 2, 3))]
     model = SpecModel(config(full_zone_turns=1, total_max_tokens=0, overflow_policy="error"))
