@@ -31,7 +31,7 @@ async def test_none_strategy_is_a_no_op(make_memory):
     assert memory.estimate_tokens() == default_token_estimator("{}")
 
 
-@req("BUD-008", "STR-001")
+@req("STR-001")
 async def test_none_strategy_measures_its_view_with_the_configured_estimator(make_memory):
     """``none`` shows ``{}``; ``estimate_tokens()`` is the configured estimator on it, not
     the default's count (nor a constant)."""
@@ -43,7 +43,7 @@ async def test_none_strategy_measures_its_view_with_the_configured_estimator(mak
     await memory.add_turn(turn(0))
     tokens = memory.estimate_tokens()
     assert tokens == heavy("{}") != default_token_estimator("{}"), (
-        f"BUD-008: strategy none's estimate_tokens() is {tokens}; the configured estimator "
+        f"STR-001: strategy none's estimate_tokens() is {tokens}; the configured estimator "
         f"counts its view {{}} as {heavy('{}')}"
     )
 

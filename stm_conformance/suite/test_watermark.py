@@ -422,21 +422,32 @@ async def test_budget_trimming_never_deletes_pending(make_memory, scripted_summa
 
 
 @req("WM-006")
-async def test_the_backlog_limit_bounds_nothing_while_healthy(make_memory, scripted_summarizer):
+async def test_the_backlog_limit_bounds_nothing_while_healthy(make_memory):
     """``recovery_backlog_limit`` bounds the DEGRADED backlog only: a HEALTHY memory with
     more pending turns than that (a call held) keeps every one until a summary covers it."""
-    cfg = config(full_zone_turns=1, recovery_backlog_limit=2)
-    memory = await make_memory(cfg, summarizer=scripted_summarizer)
-    scripted_summarizer.hold()
-    for i in range(10):
-        await memory.add_turn(turn(i))
-    scripted_summarizer.release()
-    await memory.flush()
-    sent = [u for call in scripted_summarizer.calls for u in users(call["turns"])]
-    recent = users((await memory_view(memory))["recent_turns"])
-    kept = sorted({int(u[1:]) for u in sent + recent})
-    assert kept == list(range(10)), (
-        f"WM-006: with recovery_backlog_limit=2 and the memory HEALTHY, only {kept} of 10 "
+
+    async def kept(limit: int) -> list[int]:
+        summarizer = ScriptedSummarizer()
+        cfg = config(full_zone_turns=1, recovery_backlog_limit=limit)
+        memory = await make_memory(cfg, summarizer=summarizer)
+        summarizer.hold()
+        for i in range(10):
+            await memory.add_turn(turn(i))
+        summarizer.release()
+        await memory.flush()
+        sent = [u for call in summarizer.calls for u in users(call["turns"])]
+        recent = users((await memory_view(memory))["recent_turns"])
+        return sorted({int(u[1:]) for u in sent + recent})
+
+    # With a limit above the pending turns first: turns lost there are not the limit's.
+    wide = await kept(20)
+    assert wide == list(range(10)), (
+        f"WM-003: only {wide} of 10 turns reached a summary or stayed recent: turns evicted "
+        "while a call was held were lost when its summary was installed"
+    )
+    narrow = await kept(2)
+    assert narrow == list(range(10)), (
+        f"WM-006: with recovery_backlog_limit=2 and the memory HEALTHY, only {narrow} of 10 "
         "turns reached a summary or stayed recent: the limit bounds the DEGRADED backlog only"
     )
 

@@ -1,6 +1,7 @@
 """BUD-007 broken: the size of a summary is estimator(summary) even for "" (1 token by the
 default estimator), where the spec says an empty summary has size 0. With
 summary_max_tokens=0 every (empty) summary is treated as a failed call."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -13,7 +13,7 @@ from reference_impl.memory import DefaultShortTermMemory
 from . import mutant_provider
 
 BREAKS = "STR-001"
-COLLATERAL: dict[str, str] = {"BUD-008": "0 is not the configured estimator on the view {} either"}
+COLLATERAL: dict[str, str] = {}
 
 
 class ZeroCostNoneMemory(DefaultShortTermMemory):

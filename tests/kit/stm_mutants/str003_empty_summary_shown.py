@@ -2,6 +2,7 @@
 "" included (an installed empty summary, or one the budget shortened to nothing):
 `if state.summary is not None`. The budget and estimate_tokens() measure the view as shown,
 so only the shape is wrong."""
+
 from __future__ import annotations
 
 import contextlib

@@ -1,4 +1,4 @@
-"""BUD-008 broken: strategy none's estimate_tokens() is a constant, the default
+"""STR-001 broken: strategy none's estimate_tokens() is a constant, the default
 estimator's count of "{}" (1), whatever token_estimator is configured."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from reference_impl.types import default_token_estimator
 
 from . import mutant_provider
 
-BREAKS = "BUD-008"
+BREAKS = "STR-001"
 COLLATERAL: dict[str, str] = {}
 
 _EMPTY_TOKENS = default_token_estimator("{}")
@@ -21,4 +21,4 @@ class FixedNoneEstimateMemory(DefaultShortTermMemory):
         return super().estimate_tokens()
 
 
-provider = mutant_provider("bud008-none-estimate-fixed", FixedNoneEstimateMemory)
+provider = mutant_provider("str001-none-estimate-by-default-estimator", FixedNoneEstimateMemory)
