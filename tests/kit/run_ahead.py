@@ -28,11 +28,12 @@ from suite_runner import SuiteRun
 
 __all__ = ["AT_ONCE", "Batch", "Job"]
 
-#: Runs that use CPU at once. A run needs about 1.3 s of CPU over five to thirty seconds
-#: of waiting; the rest of the tests run beside them on two cores. Measured on two cores:
-#: 6 left the CPU a fifth idle (120 s for the project's tests), 8 kept it busy (102-109 s),
-#: 10 was no faster and starved a run's timing checks once.
-AT_ONCE = 8
+#: Runs that use CPU at once. A run needs about 1.5 s of CPU over seven to thirty seconds
+#: of waiting (its checks' timers); the rest of the tests run beside them on two cores.
+#: Measured on two cores, ``tests/kit`` alone with 145 runs: 8 left the CPU a quarter idle
+#: (198 s, 284 CPU-s), 11 kept it busy (170 s, 301 CPU-s), 14 was no faster (168 s) for
+#: more CPU spent in contention (324 CPU-s).
+AT_ONCE = 11
 
 
 @dataclass(frozen=True)
