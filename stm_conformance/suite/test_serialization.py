@@ -443,6 +443,24 @@ async def test_a_state_loaded_into_a_smaller_window_evicts_to_pending(make_memor
     held.release()
 
 
+@scenario("bound:upper")
+@req("BUD-003", "STR-002")
+@cap("truncation")
+async def test_a_truncation_state_loaded_into_a_smaller_window_keeps_the_newest(make_memory):
+    """The same under ``truncation``: the turns a smaller window cannot hold go, the
+    newest stay (STR-002), whichever format the state is in."""
+    key = MemoryKey("t", "u", f"window-truncation-{uuid.uuid4().hex}")
+    wide = await make_memory(config("truncation", full_zone_turns=3), key=key)
+    for i in range(3):
+        await wide.add_turn(turn(i))
+    narrow = await make_memory(config("truncation", full_zone_turns=1), key=key)
+    narrow.from_dict(json_state(wide))
+    view = await memory_view(narrow)
+    recent = [t.get("user") for t in view.get("recent_turns", [])]
+    assert recent == ["u2"], f"BUD-003: recent after loading into a window of 1: {recent}"
+    assert set(view) == {"recent_turns"}, f"STR-002: a truncation view holds only {view}"
+
+
 def _heavy(text: str) -> int:
     return len(text) // 2 + 3
 
