@@ -323,6 +323,39 @@ async def test_malformed_input_raises_value_error_and_changes_nothing(
     assert state_text(memory) == before_state, "a refused from_dict changed to_dict()"
 
 
+@scenario("direction:reject")
+@req("SER-003")
+@cap("truncation")
+async def test_a_number_given_as_another_type_is_refused(make_memory):
+    """Every integer the memory's own ``to_dict()`` writes, given back as text, as a float
+    or as a bool, is malformed: coercing it would load a record a store or a hand
+    corrupted, and ``True`` would pass for 1. Each is refused, the memory unchanged."""
+    memory = await make_memory(config("truncation", full_zone_turns=2))
+    for i in range(3):
+        await memory.add_turn(turn(i))
+    valid = json_state(memory)
+    before = await _observe(memory)
+    before_state = state_text(memory)
+    numbers = [k for k, v in valid.items() if type(v) is int]
+    assert numbers, "check setup: to_dict() writes no integer"
+    for field in numbers:
+        for other in (str(valid[field]), float(valid[field]), True):
+            try:
+                memory.from_dict({**valid, field: other})
+            except ValueError:
+                continue
+            except Exception as exc:
+                raise AssertionError(
+                    f"SER-003: {field}={other!r} raised {type(exc).__name__}, not ValueError"
+                ) from exc
+            raise AssertionError(
+                f"SER-003: from_dict accepted {field}={other!r} where to_dict() writes the "
+                f"integer {valid[field]!r}"
+            )
+    assert await _observe(memory) == before, "SER-003: a refused from_dict changed the memory"
+    assert state_text(memory) == before_state, "SER-003: a refused from_dict changed to_dict()"
+
+
 async def _failing_memory(
     make_memory: Any, cfg: ShortTermMemoryConfig, key: MemoryKey, health: str, *, turns: int
 ) -> tuple[Any, ScriptedSummarizer]:
