@@ -275,13 +275,15 @@ async def test_a_failed_call_of_the_replaced_state_leaves_the_loaded_state_alone
 
 @req("WM-007")
 @pytest.mark.stm_capability("serialization")
-async def test_a_flush_waiting_when_from_dict_replaces_the_state_returns(make_memory):
-    """``flush()`` waits on a held call; ``from_dict`` replaces the state, then the call
-    ends. The flush must return: it cannot wait on the replaced state for good."""
+@pytest.mark.parametrize("pending", [1, 2])
+async def test_a_flush_waiting_when_from_dict_replaces_the_state_returns(make_memory, pending):
+    """``flush()`` waits on a held call; ``from_dict`` replaces the state (with one or two
+    turns pending), then the call ends. The flush must return once the loaded state's turns
+    are summarized: it cannot wait on the replaced state for good."""
     summarizer = ScriptedSummarizer()
     summarizer.hold()
     memory = await make_memory(config(full_zone_turns=1), summarizer=summarizer)
-    for i in range(3):
+    for i in range(pending + 1):
         await memory.add_turn(turn(i))
     await summarizer.wait_for_calls(1)
     flushing = asyncio.ensure_future(memory.flush())

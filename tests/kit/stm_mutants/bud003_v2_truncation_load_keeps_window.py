@@ -1,6 +1,7 @@
 """BUD-003 broken: a version-2 state of a truncation memory is loaded with all its recent
 turns, whatever this memory's full_zone_turns ("truncation has nothing to evict to").
 rolling_summary states and v1 states are brought within the window as by the reference."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -32,8 +33,12 @@ class WideLoadMemory(DefaultShortTermMemory):
             for index, raw in enumerate(state["turns"]):
                 seq, turn = schema._read_turn(raw, f"state.turns[{index}]")
                 entries.append(
-                    Entry.make(seq, turn, include_digest=cfg.include_trajectory_digest,
-                               size_of=self._budget.meter.size_of)
+                    Entry.make(
+                        seq,
+                        turn,
+                        include_digest=cfg.include_trajectory_digest,
+                        size_of=self._budget.meter.size_of,
+                    )
                 )
             loaded.recent.clear()
             loaded.recent_size = 0

@@ -1,6 +1,7 @@
 """SER-003 broken: from_dict coerces the integer fields of a state from strings and
 integral floats ("3", 3.0), as a state read back from a store that keeps numbers as text
 would need; such a state is malformed (the schema wants integers) and must be refused."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
