@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import anyio
 import pytest
@@ -72,6 +73,11 @@ async def test_two_instances_on_one_key_lose_nothing(make_memory, make_peer, scr
     assert expected <= seen, f"turns lost between instances: {sorted(expected - seen)}"
 
 
+def _running_since(before: set[asyncio.Task[Any]]) -> set[asyncio.Task[Any]]:
+    """The tasks started since ``before`` was taken that are still running, this one aside."""
+    return {t for t in asyncio.all_tasks() - before if not t.done()} - {asyncio.current_task()}
+
+
 @req("CON-003")
 @pytest.mark.stm_capability("rolling_summary")
 @pytest.mark.stm_capability("serialization")
@@ -99,8 +105,7 @@ async def test_a_closed_memory_starts_no_work(stm_provider, scripted_summarizer)
     with contextlib.suppress(Exception), anyio.fail_after(patient(2)):
         await raw.flush()
     await asyncio.sleep(0.05)
-    left = {t for t in asyncio.all_tasks() - before if not t.done()}
-    left.discard(asyncio.current_task())
+    left = _running_since(before)
     assert not left, f"CON-003: tasks running after aclose(), then from_dict and flush: {left}"
     assert len(scripted_summarizer.calls) == calls, (
         "CON-003: a summarizer call started after aclose() (from_dict, then flush)"
@@ -127,8 +132,7 @@ async def test_aclose_cancels_background_work(stm_provider, scripted_summarizer)
     with anyio.fail_after(patient(2)):
         await memory.aclose()
     await asyncio.sleep(0)
-    left = {t for t in asyncio.all_tasks() - before if not t.done()}
-    left.discard(asyncio.current_task())
+    left = _running_since(before)
     assert not left, f"tasks still running after aclose(): {left}"
     scripted_summarizer.release()
 
@@ -161,8 +165,7 @@ async def test_aclose_cancels_a_worker_waiting_to_retry(stm_provider, health):
     with anyio.fail_after(patient(2)):
         await raw.aclose()
     await asyncio.sleep(0)
-    left = {t for t in asyncio.all_tasks() - before if not t.done()}
-    left.discard(asyncio.current_task())
+    left = _running_since(before)
     running = sorted(map(repr, left))
     await settle_tasks(left)  # not left to the next check
     assert not running, (

@@ -175,28 +175,26 @@ async def test_failures_are_counted_afresh_after_a_success(make_memory, scripted
         what="HLT-002: a retry the memory schedules itself (precondition)",
     )
     await eventually(lambda: memory.health.value == "healthy", what="HEALTHY after the retry")
-    before = len(scripted_summarizer.calls)
-    scripted_summarizer.fail_always("raise")
-    await memory.add_turn(turn(2))
-    await eventually(lambda: memory.health.value == "degraded", what="DEGRADED")
-    calls = len(scripted_summarizer.calls) - before
-    assert calls == cfg.retry_attempts + 1, (
-        f"HLT-004: after a success, {calls} failed call(s) led to DEGRADED; the new episode "
-        f"gets the first attempt and {cfg.retry_attempts} retry"
-    )
+
+    async def failing_episode(after: str, i: int) -> None:
+        """Every call fails from turn ``i`` on: the first attempt and every retry, then
+        DEGRADED, no sooner and no later."""
+        before = len(scripted_summarizer.calls)
+        scripted_summarizer.fail_always("raise")
+        await memory.add_turn(turn(i))
+        await eventually(lambda: memory.health.value == "degraded", what=f"DEGRADED after {after}")
+        calls = len(scripted_summarizer.calls) - before
+        assert calls == cfg.retry_attempts + 1, (
+            f"HLT-004: after {after}, {calls} failed call(s) led to DEGRADED; the new episode "
+            f"gets the first attempt and {cfg.retry_attempts} retry"
+        )
+
+    await failing_episode("a success", 2)
     scripted_summarizer.succeed()
     await eventually(
         lambda: memory.health.value == "healthy", what="HLT-006: recovery (precondition)"
     )
-    before = len(scripted_summarizer.calls)
-    scripted_summarizer.fail_always("raise")
-    await memory.add_turn(turn(3))
-    await eventually(lambda: memory.health.value == "degraded", what="DEGRADED again")
-    calls = len(scripted_summarizer.calls) - before
-    assert calls == cfg.retry_attempts + 1, (
-        f"HLT-004: after a recovery, {calls} failed call(s) led to DEGRADED; the new episode "
-        f"gets the first attempt and {cfg.retry_attempts} retry"
-    )
+    await failing_episode("a recovery", 3)
 
 
 @req("HLT-004")

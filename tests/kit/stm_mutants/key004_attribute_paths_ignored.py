@@ -7,14 +7,10 @@ in ``{"conv": {"id": ...}}`` but not in ``{"conv": Conversation(id=...)}``.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from reference_impl.keys import _UNUSABLE, _part
-from reference_impl.types import MemoryIsolation, MemoryKey
-
-from . import reference_provider
+from ._util import key_resolving_provider
 
 BREAKS = "KEY-004"
 COLLATERAL: dict[str, str] = {}
@@ -30,19 +26,4 @@ def _extract(source: Any, path: str) -> Any:
     return current
 
 
-def _resolve_key(
-    isolation: MemoryIsolation, explicit: MemoryKey | None, tool_context: Any
-) -> MemoryKey | None:
-    if explicit is not None:
-        return explicit
-    session = _part(_extract(tool_context, isolation.session_key))
-    tenant = _part(_extract(tool_context, isolation.tenant_key))
-    user = _part(_extract(tool_context, isolation.user_key))
-    if session is None or _UNUSABLE in (session, tenant, user):
-        return None
-    return MemoryKey(tenant_id=tenant or "default", user_id=user or "anonymous", session_id=session)
-
-
-provider = dataclasses.replace(
-    reference_provider, name="mutant-key004-attribute-paths-ignored", resolve_key=_resolve_key
-)
+provider = key_resolving_provider("key004-attribute-paths-ignored", extract_path=_extract)

@@ -5,15 +5,12 @@ paths resolve as by the reference."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from reference_impl import keys
-from reference_impl.memory import DefaultShortTermMemory
-from reference_impl.types import MemoryIsolation, MemoryKey
 
-from . import mutant_provider
+from ._util import key_resolving_provider
 
 BREAKS = "KEY-004"
 COLLATERAL: dict[str, str] = {}
@@ -33,16 +30,4 @@ def _extract(source: Any, path: str) -> Any:
     return None if current is keys._MISSING else current
 
 
-def _resolve(isolation: MemoryIsolation, explicit: MemoryKey | None, tool_context: Any):
-    original = keys.extract_path
-    keys.extract_path = _extract
-    try:
-        return keys.resolve_memory_key(isolation, memory_key=explicit, tool_context=tool_context)
-    finally:
-        keys.extract_path = original
-
-
-provider = dataclasses.replace(
-    mutant_provider("key004-two-level-paths-only", DefaultShortTermMemory),
-    resolve_key=_resolve,
-)
+provider = key_resolving_provider("key004-two-level-paths-only", extract_path=_extract)

@@ -8,13 +8,9 @@ share a memory. The reference resolves no key at all for it.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from reference_impl.keys import extract_path
-from reference_impl.types import MemoryIsolation, MemoryKey
-
-from . import reference_provider
+from ._util import key_resolving_provider
 
 BREAKS = "KEY-005"
 COLLATERAL: dict[str, str] = {}
@@ -26,23 +22,4 @@ def _part(value: Any) -> str | None:
     return str(value).strip() or None
 
 
-def _resolve_key(
-    isolation: MemoryIsolation, explicit: MemoryKey | None, tool_context: Any
-) -> MemoryKey | None:
-    if explicit is not None:
-        return explicit
-    if tool_context is None:
-        return None
-    session = _part(extract_path(tool_context, isolation.session_key))
-    if session is None:
-        return None
-    tenant = _part(extract_path(tool_context, isolation.tenant_key)) or "default"
-    user = _part(extract_path(tool_context, isolation.user_key)) or "anonymous"
-    return MemoryKey(tenant_id=tenant, user_id=user, session_id=session)
-
-
-provider = dataclasses.replace(
-    reference_provider,
-    name="mutant-key005-misconfigured-part-takes-default",
-    resolve_key=_resolve_key,
-)
+provider = key_resolving_provider("key005-misconfigured-part-takes-default", _part=_part)
