@@ -540,11 +540,17 @@ async def test_room_a_summary_frees_shows_pending_turns_hidden_before_it(make_me
 @cap("rolling_summary")
 async def test_with_nothing_else_left_to_trim_the_summary_is_shortened(make_memory):
     """``truncate_oldest``, ``full_zone_turns=0`` and ``summary_max_tokens`` equal to
-    ``total_max_tokens``: a summary of exactly that size is valid, but with the view's own
+    ``total_max_tokens``: a summary within that size is valid, but with the view's own
     keys it is over the limit. No turn is left to hide or evict, so the summary is shortened
     to the longest tail that fits: the kit model's, no shorter and no longer."""
-    total = 40
-    summary = "summary " * 19 + "end"  # 155 characters: exactly 39 tokens by itself
+    text = "summary " * 19 + "end"  # 155 characters: 39 tokens by themselves
+    # A summary at its limit; one whose first character alone need go; one whose longest
+    # tail a search that skips a candidate length misses.
+    for total, summary in ((40, text), (52, text[:152]), (40, text[:154])):
+        await _shortened_alone(make_memory, total, summary)
+
+
+async def _shortened_alone(make_memory: Any, total: int, summary: str) -> None:
     calls: list[Any] = []
 
     async def summarizer(payload: Any) -> dict[str, str]:
@@ -567,8 +573,9 @@ async def test_with_nothing_else_left_to_trim_the_summary_is_shortened(make_memo
     model.install(calls[0], summary)
     view = await _check_invariants(memory, cfg)
     assert view.get("summary") == model.summary, (
-        f"BUD-004: with nothing else left, the summary is shortened to its longest tail that "
-        f"fits: {len(model.summary)} characters, got {len(view.get('summary', ''))}"
+        f"BUD-004: with nothing else left, a summary of {len(summary)} characters is "
+        f"shortened to its longest tail that fits total_max_tokens={total}: "
+        f"{len(model.summary)} characters, got {len(view.get('summary', ''))}"
     )
     assert model.summary and model.summary != summary, "check setup: the summary fit as is"
 

@@ -506,9 +506,15 @@ async def test_a_loaded_oversize_summary_is_clipped_or_refused(make_memory, esti
     """Clipped, a loaded summary over ``summary_max_tokens`` keeps its longest tail within
     it, measured by the configured estimator: no more (BUD-002), and no less (the newest
     text is what the summary is for). The summary repeats nothing, so a head or a shorter
-    tail shows."""
+    tail shows. Several limits: 0, which no character fits (nothing is kept), and sizes at
+    which a search that skips a candidate length ends on another."""
+    for limit in (0, 10, 15, 28):
+        await _load_oversize_summary(make_memory, estimator, limit)
+
+
+async def _load_oversize_summary(make_memory: Any, estimator: Any, limit: int) -> None:
     cfg = config(
-        full_zone_turns=2, summary_max_tokens=10, total_max_tokens=500, token_estimator=estimator
+        full_zone_turns=2, summary_max_tokens=limit, total_max_tokens=500, token_estimator=estimator
     )
     size = estimator or default_token_estimator
     summarizer = ScriptedSummarizer()
@@ -521,17 +527,17 @@ async def test_a_loaded_oversize_summary_is_clipped_or_refused(make_memory, esti
     except ValueError:
         return  # refusing the state keeps BUD-002 too
     summary = (await memory_view(memory)).get("summary", "")
-    assert not summary or size(summary) <= 10, (
-        f"BUD-002: a loaded summary of {size(summary)} tokens exceeds 10"
+    assert not summary or size(summary) <= limit, (
+        f"BUD-002: a loaded summary of {size(summary)} tokens exceeds summary_max_tokens={limit}"
     )
     assert stored.endswith(summary), (
         f"BUD-002: the loaded summary was clipped to {summary[:30]!r}..., not to a tail "
-        "of the stored one (its newest text)"
+        f"of the stored one (its newest text), under summary_max_tokens={limit}"
     )
     longer = stored[-(len(summary) + 1) :]
-    assert size(longer) > 10, (
+    assert size(longer) > limit, (
         f"BUD-002: the loaded summary was clipped to {len(summary)} characters, but its tail "
-        f"one character longer is within summary_max_tokens ({size(longer)} <= 10 tokens)"
+        f"one character longer is within summary_max_tokens ({size(longer)} <= {limit} tokens)"
     )
     summarizer.release()
 
