@@ -31,6 +31,7 @@ __all__ = [
     "HIDING_BUDGET",
     "canonical_json",
     "config",
+    "dropped_while_not_degraded",
     "eventually",
     "hide_every_pending_turn",
     "json_state",
@@ -80,6 +81,21 @@ def json_state(memory: Any) -> dict[str, Any]:
     not JSON data)."""
     loaded: dict[str, Any] = json.loads(state_text(memory))
     return loaded
+
+
+def dropped_while_not_degraded(memory: Any) -> str | None:
+    """A WM-006 finding when ``memory`` counts dropped turns while neither DEGRADED nor
+    RECOVERING (turns discarded that no summary covers, with no backlog to overflow);
+    else ``None``. For checks that lose turns to a small ``recovery_backlog_limit`` on
+    purpose, after degrading: a backend that applies the limit sooner is told so."""
+    health = memory.health.value
+    dropped = memory.to_dict().get("dropped_turns")
+    if health in ("healthy", "retry") and dropped:
+        return (
+            f"WM-006: {dropped} turns dropped while {health.upper()}: the backlog limit bounds "
+            "only the DEGRADED backlog"
+        )
+    return None
 
 
 def turn_json(t: ConversationTurn, *, include_digest: bool = True) -> dict[str, Any]:

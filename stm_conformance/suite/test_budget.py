@@ -349,7 +349,13 @@ async def test_a_summary_over_many_pending_turns_hides_them_in_one_step(make_mem
     summary = "The user and the assistant discussed retries. " * 11  # 132 tokens
     first_done = asyncio.Event()
     summarizer, calls = _first_call_answers(summary, first_done)
-    cfg = config(full_zone_turns=2, total_max_tokens=700, summary_max_tokens=200)
+    # Thirty pending turns, under a backlog limit no run reaches (WM-006 is not checked here).
+    cfg = config(
+        full_zone_turns=2,
+        total_max_tokens=700,
+        summary_max_tokens=200,
+        recovery_backlog_limit=1000,
+    )
     model = SpecModel(cfg)
     memory = await make_memory(cfg, summarizer=summarizer)
     for i in range(40):

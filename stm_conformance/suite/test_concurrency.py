@@ -25,7 +25,9 @@ def _ids(texts: list[str]) -> list[int]:
 @req("CON-001")
 @pytest.mark.stm_capability("rolling_summary")
 async def test_concurrent_add_turn_loses_nothing(make_memory, scripted_summarizer):
-    memory = await make_memory(config(full_zone_turns=3), summarizer=scripted_summarizer)
+    # A backlog limit no run reaches: a turn lost here is CON-001's, not WM-006's.
+    cfg = config(full_zone_turns=3, recovery_backlog_limit=1000)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
     async with anyio.create_task_group() as tg:
         for i in range(60):
             tg.start_soon(memory.add_turn, turn(i))

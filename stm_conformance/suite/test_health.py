@@ -10,7 +10,16 @@ import anyio
 import pytest
 
 from stm_conformance import ScriptedSummarizer
-from stm_conformance.checks import config, eventually, json_state, memory_view, patient, turn, users
+from stm_conformance.checks import (
+    config,
+    dropped_while_not_degraded,
+    eventually,
+    json_state,
+    memory_view,
+    patient,
+    turn,
+    users,
+)
 from stm_conformance.contract import MemoryKey
 
 pytestmark = [pytest.mark.stm_capability("rolling_summary")]
@@ -135,7 +144,14 @@ async def test_retry_keeps_summary_and_pending(make_memory, scripted_summarizer,
         f"HLT-003: RETRY after a failed call ({mode}) must keep the last good summary "
         f"{summary!r}, not {view.get('summary')!r}"
     )
-    assert users(view.get("pending_turns")) == ["u1", "u2"], view
+    pending = users(view.get("pending_turns"))
+    assert pending[:1] == ["u1"], (
+        f"HLT-003: RETRY after a failed call ({mode}) must keep pending u1, the turn the "
+        f"call failed on: pending {pending}"
+    )
+    assert pending == ["u1", "u2"], (
+        f"WM-002: u2, evicted in RETRY, must be pending after u1: pending {pending}"
+    )
 
 
 @scenario("bound:lower", "bound:upper")
@@ -304,8 +320,11 @@ async def test_a_backlog_limit_of_zero_keeps_no_turn_and_counts_each(
     await memory.add_turn(turn(0))
     await memory.add_turn(turn(1))
     await eventually(
-        lambda: memory.health.value == "degraded", what="HLT-004: DEGRADED (precondition)"
+        lambda: memory.health.value == "degraded" or bool(dropped_while_not_degraded(memory)),
+        what="HLT-004: DEGRADED (precondition)",
     )
+    wm006 = dropped_while_not_degraded(memory)
+    assert wm006 is None, wm006
     for i in range(2, 8):
         await memory.add_turn(turn(i))
     state = memory.to_dict()
@@ -328,6 +347,8 @@ async def test_pending_turns_cut_when_degrading_are_counted(make_memory, scripte
     for i in range(6):
         await memory.add_turn(turn(i))
     pending = users((await memory_view(memory)).get("pending_turns"))
+    wm006 = dropped_while_not_degraded(memory)
+    assert wm006 is None, f"{wm006}: pending {pending}"
     assert pending == ["u0", "u1", "u2", "u3", "u4"], f"WM-002: pending {pending}"
     await scripted_summarizer.wait_for_calls(1)
     scripted_summarizer.release()  # the one attempt fails: DEGRADED
