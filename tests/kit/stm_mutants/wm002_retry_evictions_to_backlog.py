@@ -16,7 +16,11 @@ from reference_impl.types import MemoryHealth, ShortTermMemoryConfig
 from . import mutant_provider
 
 BREAKS = "WM-002"
-COLLATERAL: dict[str, str] = {}
+COLLATERAL = {
+    "WM-004": "a turn evicted in RETRY waits in the backlog, which only a recovery sends: when "
+    "the retry succeeds instead, newer turns are summarized before it, or it never is (whether "
+    "a check's turn is evicted in RETRY depends on when its retry runs)",
+}
 
 
 def evict_oldest_recent(state: MemoryState, config: ShortTermMemoryConfig) -> None:
