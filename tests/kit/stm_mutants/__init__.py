@@ -19,6 +19,11 @@ one small, marked change (``# MUTATION``). Each module exposes
 
 ``tests/kit/test_mutants.py`` requires the suite to report ``BREAKS`` as failed and nothing
 outside ``BREAKS`` and ``COLLATERAL``.
+
+Importing a mutant changes nothing for any other memory: the meta-tests import every
+mutant in the processes that also run the reference's own tests. A mutant that replaces a
+module's function keeps the original for every memory but its own, by a context variable
+its memory sets (``hlt005_zero_limit_unbounded``, ``wm002_retry_evictions_to_backlog``).
 """
 
 from __future__ import annotations
