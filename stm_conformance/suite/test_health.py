@@ -447,14 +447,23 @@ async def test_recovery_is_rate_limited_and_returns_to_healthy(
     await memory.add_turn(turn(2))
     await eventually(lambda: memory.health.value == "healthy", what="HEALTHY after recovery")
     if callbacks:  # RECOVERING is too brief to poll for; on_health_changed reports it
-        await recording_callbacks.wait_for("health", 1)
+        # Callbacks run on their own time: wait for the report of the return to HEALTHY.
+        await eventually(
+            lambda: (
+                bool(recording_callbacks.health) and recording_callbacks.health[-1][1] == "healthy"
+            ),
+            what="CB-003: on_health_changed reports the return to HEALTHY",
+        )
         seen = [new for _, new in recording_callbacks.health]
         if ("degraded", "healthy") in recording_callbacks.health:
             raise AssertionError(
                 f"CB-003: on_health_changed reported DEGRADED -> HEALTHY, leaving out the "
                 f"RECOVERING between them: {recording_callbacks.health}"
             )
-        assert "recovering" in seen, f"no RECOVERING state observed: {recording_callbacks.health}"
+        assert "recovering" in seen, (
+            f"CB-003: on_health_changed reported no RECOVERING on the way back to HEALTHY: "
+            f"{recording_callbacks.health}"
+        )
     assert (await memory_view(memory)).get("summary"), "recovery installs a summary"
 
 
