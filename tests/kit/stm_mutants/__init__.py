@@ -22,8 +22,9 @@ outside ``BREAKS`` and ``COLLATERAL``.
 
 Importing a mutant changes nothing for any other memory: the meta-tests import every
 mutant in the processes that also run the reference's own tests. A mutant that replaces a
-module's function keeps the original for every memory but its own, by a context variable
-its memory sets (``hlt005_zero_limit_unbounded``, ``wm002_retry_evictions_to_backlog``).
+module's function does it for its own memory only (``_util.own_memory_only``); one that
+changes a step of the summarizer worker runs the reference's worker with that step changed
+(``_util.work``), rather than a copy of it.
 """
 
 from __future__ import annotations

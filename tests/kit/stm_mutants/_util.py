@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from reference_impl import keys
-from reference_impl.types import MemoryIsolation, MemoryKey
+from reference_impl import keys, watermark
+from reference_impl.memory import DefaultShortTermMemory, logger
+from reference_impl.types import ConversationTurn, MemoryHealth, MemoryIsolation, MemoryKey
 from stm_conformance.provider import Provider
 
 from . import reference_provider
@@ -41,3 +44,99 @@ def key_resolving_provider(name: str, **replaced: Callable[..., Any]) -> Provide
             )
 
     return dataclasses.replace(reference_provider, name=f"mutant-{name}", resolve_key=resolve)
+
+
+def own_memory_only(
+    module: Any, name: str, mutated: Callable[..., Any]
+) -> type[DefaultShortTermMemory]:
+    """Replace ``module.name`` by ``mutated`` for the memories of the returned class only:
+    while their ``add_turn`` runs, and in the summarizer worker it starts (a task inherits
+    the context). The meta-tests import every mutant in the processes that also run the
+    reference's own tests, where every other memory must get the reference's function."""
+    original = getattr(module, name)
+    active: contextvars.ContextVar[bool] = contextvars.ContextVar(f"mutated-{name}", default=False)
+
+    def dispatch(*args: Any, **kwargs: Any) -> Any:
+        return (mutated if active.get() else original)(*args, **kwargs)
+
+    setattr(module, name, dispatch)
+
+    class OwnMemory(DefaultShortTermMemory):
+        async def add_turn(self, turn: ConversationTurn) -> None:
+            token = active.set(True)
+            try:
+                await super().add_turn(turn)
+            finally:
+                active.reset(token)
+
+    return OwnMemory
+
+
+Health = tuple[MemoryHealth, MemoryHealth]
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerChange:
+    """How a mutant's summarizer worker differs from the reference's; each default is the
+    reference's."""
+
+    #: The loop ends once the memory is closed (``False``: only a cancel ends it).
+    stops_when_closed: bool = True
+    #: A failed call whose state ``from_dict`` replaced counts on the state loaded since.
+    failure_counts_on_current_state: bool = False
+    #: Awaited with the health change before a failed call degrades the memory, instead of
+    #: queueing the change for ``on_health_changed``.
+    degrade_alert: Callable[[DefaultShortTermMemory, Health], Awaitable[None]] | None = None
+    #: Awaited with the old and new summary once an install is settled, before ``flush()``
+    #: waiters are told, instead of queueing them for ``on_summary_updated``.
+    summary_alert: Callable[[DefaultShortTermMemory, str, str], Awaitable[None]] | None = None
+
+
+async def work(memory: DefaultShortTermMemory, change: WorkerChange) -> None:
+    """``DefaultShortTermMemory._work``, step for step, but for ``change``: the one copy of
+    the reference's worker that mutants changing one of its steps share."""
+    while not (memory._closed and change.stops_when_closed):
+        state = memory._state
+        batch = watermark.take_batch(state)
+        if batch is None:
+            return
+        delay = state.health.wait_s(memory._now())
+        if delay > 0:
+            await memory._sleep(delay)
+            continue
+        if state.health.state is MemoryHealth.DEGRADED:
+            memory._transition(state.health.begin_recovery(memory._now()))
+        summary, error = await memory._call(batch)
+        if memory._state is not state:
+            if error is None or not change.failure_counts_on_current_state:
+                continue  # from_dict replaced the state during the call
+            state = memory._state
+        if error is None:
+            assert summary is not None
+            error = memory._reject_summary(state, batch, summary)
+        installed = None
+        if error is None:
+            assert summary is not None
+            installed = (state.summary, summary)
+            watermark.install(state, batch, summary)
+            memory._transition(state.health.on_success())
+            if change.summary_alert is None:
+                memory._on_summary.emit(*installed)
+        else:
+            logger.warning("summarizer call failed: %s", error)
+            health = state.health.on_failure(memory._now())
+            degrades = (
+                health[1] is MemoryHealth.DEGRADED and health[0] is not MemoryHealth.RECOVERING
+            )
+            if degrades and change.degrade_alert is not None:
+                await change.degrade_alert(memory, health)
+                watermark.degrade(state, memory._config)
+            else:
+                if degrades:
+                    watermark.degrade(state, memory._config)
+                memory._transition(health)
+        memory._budget.settle(state)
+        if installed is not None and change.summary_alert is not None:
+            await change.summary_alert(memory, *installed)
+        memory._notify()
+        await asyncio.sleep(0)

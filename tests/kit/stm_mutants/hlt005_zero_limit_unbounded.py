@@ -6,41 +6,24 @@ backlog at all keeps every evicted turn while DEGRADED and never counts a drop.
 
 from __future__ import annotations
 
-import contextvars
-from typing import Any
-
 from reference_impl import watermark
 from reference_impl.entries import MemoryState
-from reference_impl.memory import DefaultShortTermMemory
 
 from . import mutant_provider
+from ._util import own_memory_only
 
 BREAKS = "HLT-005"
 COLLATERAL: dict[str, str] = {}
 
-_original_trim = watermark._trim_backlog
-#: Set while this mutant's memory works: the patch below is inert for every other memory
-#: of a process that imports this module (the meta-tests import every mutant).
-_mutated: contextvars.ContextVar[bool] = contextvars.ContextVar("zero_unbounded", default=False)
+_trim = watermark._trim_backlog  # the reference's
 
 
 def _trim_backlog(state: MemoryState, limit: int) -> None:
-    if limit == 0 and _mutated.get():
+    if limit == 0:
         return  # MUTATION: 0 means unlimited
-    _original_trim(state, limit)
+    _trim(state, limit)
 
 
-watermark._trim_backlog = _trim_backlog
-
-
-class ZeroUnboundedMemory(DefaultShortTermMemory):
-    async def add_turn(self, turn: Any) -> None:
-        # The summarizer worker this starts inherits the context, and with it the mutation.
-        token = _mutated.set(True)
-        try:
-            await super().add_turn(turn)
-        finally:
-            _mutated.reset(token)
-
+ZeroUnboundedMemory = own_memory_only(watermark, "_trim_backlog", _trim_backlog)
 
 provider = mutant_provider("hlt005-zero-limit-unbounded", ZeroUnboundedMemory)
