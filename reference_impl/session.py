@@ -583,7 +583,7 @@ class MemoryRouter:
             while self._slots:
                 _, slot = self._slots.popitem(last=False)
                 try:
-                    await self._retire(slot, flush=flush)
+                    await self._retire_apart(slot, flush=flush)
                 except Exception as exc:
                     errors.append(exc)
         if errors:
@@ -682,15 +682,34 @@ class MemoryRouter:
             if victim is None:
                 return  # every held memory is in use; shrink when one is released
             del self._slots[victim.composite]
-            event = self._evicting[victim.composite] = asyncio.Event()
             try:
-                await self._retire(victim, flush=False)
+                await self._retire_apart(victim, flush=False)
                 self.stats.evictions += 1
             except Exception:
                 logger.exception("evicting memory %s failed", victim.composite)
+
+    async def _retire_apart(self, slot: _Slot, *, flush: bool) -> None:
+        """:meth:`_retire` an unlisted slot in a task of its own, which the caller's
+        cancellation does not stop: a slot taken off the list is always retired (its tasks
+        ended, its turns saved or counted lost, its memory closed), even when the eviction
+        or ``aclose`` that took it is cancelled while it waits for a turn in progress.
+        Until it is, the key is not loaded again and ``aclose`` waits for it."""
+        event = self._evicting[slot.composite] = asyncio.Event()
+
+        async def retire() -> None:
+            try:
+                await self._retire(slot, flush=flush)
             finally:
-                del self._evicting[victim.composite]
+                del self._evicting[slot.composite]
                 event.set()
+
+        task = asyncio.get_running_loop().create_task(
+            retire(), name=f"stm-retire:{slot.composite[:64]}"
+        )
+        # Its error reaches the caller; a cancelled caller's is logged by _retire itself
+        # (turns lost) and otherwise only retrieved, as a save's (see ``_save``).
+        task.add_done_callback(_retrieve)
+        await asyncio.shield(task)
 
     async def _retire(self, slot: _Slot, *, flush: bool) -> None:
         """Stop background work, save if changed, close. The slot is already unlisted."""

@@ -219,6 +219,98 @@ async def test_memories_in_use_are_never_evicted() -> None:
     await router.aclose()
 
 
+class _GatedSaves(InMemoryStateStore):
+    """Saves of ``KEY`` wait for ``gate`` while ``holding``, then fail if ``failing``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holding = self.failing = False
+        self.gate, self.entered = asyncio.Event(), asyncio.Event()
+
+    async def save_memory_state_if(
+        self, key: str, state: Mapping[str, Any], *, expected_revision: int | None
+    ) -> None:
+        if self.holding and key == KEY.composite():
+            self.entered.set()
+            await self.gate.wait()
+            if self.failing:
+                raise StateStoreError("transient failure", key=key)
+        await super().save_memory_state_if(key, state, expected_revision=expected_revision)
+
+
+async def _slow_summary(payload: Mapping[str, Any]) -> dict[str, str]:
+    await asyncio.sleep(0.05)
+    return {"summary": "summary of " + ",".join(t["user"] for t in payload["turns"])}
+
+
+def _stm_tasks() -> list[str]:
+    return [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("stm-")]
+
+
+async def test_an_eviction_whose_caller_is_cancelled_still_retires_the_memory() -> None:
+    """A turn on another key evicts ``KEY`` and waits for its save in flight; that turn is
+    cancelled. The memory it took off the list is still retired: its tasks end, it is
+    closed, and the turn whose save then fails is counted lost, not dropped silently."""
+    store = _GatedSaves()
+    summarize = ShortTermMemoryConfig(
+        strategy="rolling_summary", budget=MemoryBudget(full_zone_turns=1)
+    )
+    router = MemoryRouter(summarize, store=store, summarizer=_slow_summary, max_memories=1)
+    await _finish(router, "a1")
+    store.holding = store.failing = True
+    saving = asyncio.ensure_future(_finish(router, "a2"))
+    await store.entered.wait()
+    saving.cancel()  # its save goes on, held
+    with pytest.raises(asyncio.CancelledError):
+        await saving
+    evicting = asyncio.ensure_future(_finish(router, "b1", key=MemoryKey("t", "u", "other")))
+    for _ in range(20):  # it takes KEY off the list and waits for the save in flight
+        await asyncio.sleep(0)
+    assert KEY not in router.loaded_keys() and not evicting.done()
+    evicting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await evicting
+    store.gate.set()  # the save fails: a2 is unsaved
+    await router.aclose()
+    assert _stm_tasks() == [], "tasks left after aclose()"
+    assert "a2" not in await _stored_users(store) and router.stats.lost_turns == 1
+
+
+async def test_a_cancelled_aclose_is_finished_by_the_next() -> None:
+    """``aclose`` cancelled while it waits for a turn in progress: the memory it took off
+    the list is retired once that turn ends, and the next ``aclose`` waits for that: no
+    task left, the summary flushed and saved."""
+    store = InMemoryStateStore()
+    summarize = ShortTermMemoryConfig(
+        strategy="rolling_summary", budget=MemoryBudget(full_zone_turns=1)
+    )
+    router = MemoryRouter(summarize, store=store, summarizer=_slow_summary)
+    await _finish(router, "a1")
+    inside, release = asyncio.Event(), asyncio.Event()
+
+    async def long_turn() -> None:
+        async with router.turn(memory_key=KEY) as turn:
+            inside.set()
+            await release.wait()
+            await turn.finish("a2", "ok")  # a1 is evicted: a summary starts
+
+    turn = asyncio.ensure_future(long_turn())
+    await inside.wait()
+    closing = asyncio.ensure_future(router.aclose())
+    for _ in range(10):
+        await asyncio.sleep(0)
+    closing.cancel()  # a shutdown timeout, say
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    release.set()
+    await turn
+    await router.aclose()
+    assert _stm_tasks() == [], "tasks left after the second aclose()"
+    stored = await store.load_memory_state(KEY.composite())
+    assert stored is not None
+    assert stored["pending"] == [] and stored["summary"] == "summary of a1"
+
+
 # -- summaries reach the store in the background -----------------------------------------
 
 
