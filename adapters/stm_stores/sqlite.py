@@ -178,7 +178,9 @@ class SQLiteStateStore:
         ``None`` means no record may exist. Raises
         :class:`~reference_impl.store.StaleStateError` otherwise, and
         :class:`~reference_impl.store.CorruptStateError` if the stored record cannot
-        be decoded; either way the record is left unchanged.
+        be decoded, turn rows included; either way the record is left unchanged. A record
+        this store wrote or read last, its stamp unchanged, is not read again: rows damaged
+        behind every store's back since then show at the next load.
         """
         check_key(key)
         check_expected_revision(expected_revision)
@@ -190,10 +192,10 @@ class SQLiteStateStore:
             row = conn.execute(_SELECT, (key,)).fetchone()
             actual = None
             if row is not None:
-                # The record must decode; its turn rows are checked when loaded. One with
-                # the stamp of this store's last write or read of the key decoded then.
+                # The record must decode, its turn rows too. One with the stamp of this
+                # store's last write or read of the key decoded then.
                 if not (isinstance(record, Split) and _known(record.base, row)):
-                    decode_state(key, row[1], row[0])
+                    _check_stored(conn, key, row)
                 actual = row[0]
             if actual != expected_revision:
                 raise StaleStateError(key, expected=expected_revision, actual=actual)
@@ -513,6 +515,14 @@ class SQLiteStateStore:
             conn.close()
             raise
         return conn
+
+
+def _check_stored(conn: sqlite3.Connection, key: str, row: tuple[Any, ...]) -> None:
+    """Raise ``CorruptStateError`` unless the stored record ``row`` of ``key`` decodes, with
+    its turn rows: a conditional save never replaces a record a load reports corrupt."""
+    head = decode_state(key, row[1], row[0])
+    if row[2] is not None:
+        join_rows(key, head, row[2], conn.execute(_SELECT_TURNS, (key,)).fetchall())
 
 
 def _known(base: Rows | None, row: tuple[Any, ...] | None) -> bool:

@@ -102,7 +102,9 @@ def split_state(key: str, state: object, base: Rows | None) -> Split | None:
                     if cached[0] == item and (cached[2] is item or _same_json(cached[0], item)):
                         turns[seq] = cached
                         continue
-                except RecursionError:  # too deep to compare: encoded again (and refused)
+                except Exception:
+                    # Too deep to compare, or a value whose == raises (a signalling-NaN
+                    # Decimal): encoded again, and refused as a first save of it would be.
                     pass
             turns[seq] = _encode(key, item)
             changed.append(seq)

@@ -482,6 +482,44 @@ async def test_a_value_no_store_can_keep_is_refused_though_it_equals_the_stored_
         assert await store.load_memory_state(KEY) == state
 
 
+async def test_a_value_whose_comparison_raises_is_refused_typed(db_path: Path) -> None:
+    """A signalling-NaN ``Decimal`` raises when compared: given again under a seq the store
+    holds, the turn is refused with ``InvalidStateError`` as a first save of it is, not
+    with ``decimal.InvalidOperation``, and the record is left as it was."""
+    from decimal import Decimal
+
+    async with SQLiteStateStore(db_path) as store:
+        state = memory_state(1, [1])
+        state["turns"][0]["artifacts_shown"] = {"x": 1}
+        await store.save_memory_state_if(KEY, state, expected_revision=None)
+        bad = json.loads(json.dumps(state))
+        bad["revision"] = 2
+        bad["turns"][0]["artifacts_shown"] = {"x": Decimal("sNaN")}
+        with pytest.raises(InvalidStateError):
+            await store.save_memory_state_if(KEY, bad, expected_revision=1)
+        assert await store.load_memory_state(KEY) == state
+
+
+async def test_a_conditional_save_refuses_a_record_whose_turn_rows_are_damaged(
+    db_path: Path,
+) -> None:
+    """A record whose turn row no longer decodes is corrupt for a load, and so for a
+    conditional save by a store that did not write it last: ``CorruptStateError``, the
+    record left as it is (never silently replaced)."""
+    async with SQLiteStateStore(db_path) as writer:
+        await writer.save_memory_state_if(KEY, memory_state(1, [1, 2]), expected_revision=None)
+    with raw(db_path) as conn:
+        conn.execute("UPDATE memory_turn SET turn = '{not json' WHERE seq = 2")
+    async with SQLiteStateStore(db_path) as other:
+        with pytest.raises(CorruptStateError):
+            await other.save_memory_state_if(KEY, memory_state(2, [1, 2, 3]), expected_revision=1)
+        with pytest.raises(CorruptStateError):
+            await other.load_memory_state(KEY)
+        # An unconditional save repairs it, as documented.
+        await other.save_memory_state(KEY, memory_state(2, [1, 2, 3]))
+        assert await other.load_memory_state(KEY) == memory_state(2, [1, 2, 3])
+
+
 async def test_a_turn_too_deep_to_compare_from_where_it_is_saved_is_refused_typed(
     db_path: Path,
 ) -> None:
