@@ -80,6 +80,8 @@ class SpecModel:
     turns: list[ModelTurn] = field(default_factory=list)
     #: Every summary installed, in order (as returned, before any budget shortening).
     installed: list[str] = field(default_factory=list)
+    #: The turns the last installed summary covered.
+    last_covered: list[ModelTurn] = field(default_factory=list)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -163,6 +165,16 @@ class SpecModel:
         sent = [t.get("user") if isinstance(t, Mapping) else t for t in turns]
         expected = [t.rendered["user"] for t in source[: len(turns)]]
         if not turns or sent != expected:
+            # Sent again, the newest turns the last summary covered, not all of them: its
+            # install kept them (WM-003, or HLT-006 for a recovery's). The whole batch
+            # again is another fault (a second worker, say): WM-004's, below.
+            covered = [t.rendered["user"] for t in self.last_covered]
+            again = [u for u in sent if u in covered]
+            if again and len(again) < len(covered) and covered[-len(again) :] == again:
+                return self.last_covered[-1].why, (
+                    f"a call was sent turns {sent}, of which {again} an installed summary "
+                    "covers already: its install must remove exactly the turns sent to it"
+                )
             skipped = _left_out(source, sent)
             if skipped and all(t.was_hidden for t in skipped):
                 return "WM-006", (
@@ -190,6 +202,7 @@ class SpecModel:
             raise ValueError("summaries over summary_max_tokens are failures (BUD-007)")
         self.summary = summary
         self.installed.append(summary)
+        self.last_covered = covered
         for entry in covered:
             entry.place, entry.why = "summarized", "HLT-006" if recovering else "WM-003"
             self.summarized.append(entry)

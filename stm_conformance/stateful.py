@@ -940,6 +940,11 @@ def _summary_difference(model: SpecModel, summary: str, step: _Step) -> tuple[st
         return trim_rule, "the summary was shortened more than the budget needs"
     if limited and summary.endswith(expected):
         return trim_rule, "the summary was not shortened (newest text kept) as the budget needs"
+    if step.name in ("reload", "restore"):
+        # The summary agreed before the load (each step is checked): the load changed it.
+        return "SER-002", (
+            f"after {step.name} the summary is {summary!r}, unlike before it: {expected!r}"
+        )
     got, want = _summary_users(summary), _summary_users(expected)
     by_user = {t.rendered["user"]: t for t in model.turns}
     missing = [u for u in want if u not in got]
@@ -993,7 +998,9 @@ def _pending_difference(model: SpecModel, inner: dict[str, Any], step: _Step) ->
         )
     if entry.was_hidden:
         return "WM-006", f"{newest!r} was hidden by the budget and is gone (deleted)"
-    if got and want[len(want) - len(got) :] == got:
+    # A shorter run of the newest, none included when the budget hides some: hidden too many.
+    hides = len(model.visible_pending) < len(model.pending)
+    if (got or hides) and want[len(want) - len(got) :] == got:
         return "BUD-010", (
             f"visible pending {got}; the longest run of newest pending turns that fits is {want}"
         )

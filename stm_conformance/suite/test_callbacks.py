@@ -6,6 +6,7 @@ import json
 from importlib import resources
 from typing import Any
 
+import anyio
 import pytest
 
 from stm_conformance import RecordingCallbacks, ScriptedSummarizer
@@ -185,6 +186,58 @@ async def test_health_changes_once_each_in_order(
     assert recording_callbacks.health == [("healthy", "retry"), ("retry", "degraded")], (
         "RETRY -> RETRY is not a transition; each transition is reported once, in order"
     )
+
+
+@req("CB-003")
+@pytest.mark.stm_capability("rolling_summary")
+async def test_health_changes_queued_behind_a_slow_callback_keep_their_order(
+    make_memory, scripted_summarizer
+):
+    """The callback takes longer than the transitions take to come (a failure, DEGRADED,
+    recovery attempts that fail, a few loop turns apart), so transitions queue behind it:
+    each is still reported once, oldest first, each from the health the one before went
+    to."""
+    reported: list[tuple[str, str]] = []
+
+    async def slow(old: Any, new: Any) -> None:
+        reported.append((str(getattr(old, "value", old)), str(getattr(new, "value", new))))
+        await anyio.sleep(0.1)
+
+    cfg = config(
+        full_zone_turns=1,
+        retry_attempts=1,
+        retry_backoff_base_s=0.01,
+        degraded_retry_interval_s=0.01,
+        on_health_changed=slow,
+    )
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_always("raise")
+    scripted_summarizer.hold()
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))  # u0 evicted: the first call, held
+    # The first call, retry 1 (RETRY), then recovery attempts (RECOVERING), each failing:
+    # HEALTHY -> RETRY -> DEGRADED -> RECOVERING -> DEGRADED -> RECOVERING.
+    for calls, health, rule in ((1, "healthy", "WM-002"), (2, "retry", "HLT-002"),
+                                (3, "recovering", "HLT-006")):  # fmt: skip
+        try:
+            await scripted_summarizer.wait_for_calls(calls)
+        except TimeoutError:
+            raise AssertionError(f"{rule}: no call {calls} by itself (precondition)") from None
+        await eventually(
+            lambda: memory.health.value == health,  # noqa: B023 - awaited in this iteration
+            what=f"HLT-004: with retry_attempts=1, call {calls} runs in {health} (precondition)",
+        )
+        scripted_summarizer.let_one_through()
+    await eventually(lambda: len(reported) >= 5, what="CB-003: five health changes reported")
+    chain = reported[:5]
+    want_from = "healthy"
+    for old, new in chain:
+        assert old == want_from and old != new, (
+            f"CB-003: transitions reported {chain}: each once, in the order they happened, "
+            f"each from the health the one before it went to"
+        )
+        want_from = new
+    scripted_summarizer.release()
 
 
 @req("CB-003")

@@ -34,6 +34,9 @@ async def test_concurrent_add_turn_loses_nothing(make_memory, scripted_summarize
     await memory.flush()
     sent = [u for call in scripted_summarizer.calls for u in users(call["turns"])]
     recent = users((await memory_view(memory))["recent_turns"])
+    # Every call succeeds: a turn sent twice was kept by the install of the first (WM-003).
+    twice = sorted({u for u in sent if sent.count(u) > 1})
+    assert not twice, f"WM-003: {twice} were sent to two calls that both succeeded"
     everything = _ids(sent + recent)
     assert sorted(everything) == list(range(60)), (
         f"lost or duplicated turns: {sorted(set(range(60)) - set(everything))} missing"

@@ -378,15 +378,26 @@ async def _failing_memory(
 
 @req("SER-002")
 @cap("rolling_summary")
-@pytest.mark.parametrize("health", ["retry", "degraded"])
+@pytest.mark.parametrize("health", ["retry", "degraded", "recovering"])
 async def test_round_trip_keeps_a_failing_health(make_memory, health):
+    """A memory in RETRY, DEGRADED, or RECOVERING (a recovery attempt in flight, held)
+    reloads in the same health."""
     cfg = config(
         full_zone_turns=1,
-        retry_attempts=0 if health == "degraded" else 2,
+        retry_attempts=2 if health == "retry" else 0,
         retry_backoff_base_s=30.0,
+        degraded_retry_interval_s=0.05 if health == "recovering" else 60.0,
     )
     key = MemoryKey("t", "u", f"failing-{health}")
-    memory, _ = await _failing_memory(make_memory, cfg, key, health, turns=3)
+    if health == "recovering":
+        memory, failing = await _failing_memory(make_memory, cfg, key, "degraded", turns=3)
+        failing.hold()  # the next recovery attempt stays in flight
+        await eventually(
+            lambda: memory.health.value == "recovering",
+            what="HLT-006: a recovery attempt by itself, held (precondition)",
+        )
+    else:
+        memory, _ = await _failing_memory(make_memory, cfg, key, health, turns=3)
     clone_summarizer = ScriptedSummarizer()
     clone_summarizer.hold()
     clone = await make_memory(cfg, key=key, summarizer=clone_summarizer)
@@ -395,6 +406,46 @@ async def test_round_trip_keeps_a_failing_health(make_memory, health):
     clone.from_dict(state)
     assert await _observe(clone) == expected, f"a {health} memory does not round-trip"
     clone_summarizer.release()
+
+
+@scenario("text:non_ascii", "text:astral")
+@req("SER-002")
+@cap("rolling_summary")
+@pytest.mark.parametrize(
+    "summary",
+    [
+        " \tRésumé: the user asked about refunds 🦜\n",
+        "\n\n  \uff33\uff35\uff2d\u2028 ok \r\n ",
+        "x ",
+    ],
+    ids=["spaces-and-newline", "blank-lines", "trailing-space"],
+)
+async def test_round_trip_keeps_the_summary_verbatim(make_memory, summary):
+    """The summary is the summarizer's text as it came, its leading and trailing
+    whitespace too: ``from_dict(to_dict())`` shows the same view and counts the same tokens."""
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        return {"summary": summary}
+
+    cfg = config(full_zone_turns=1)
+    key = MemoryKey("t", "u", f"verbatim-{uuid.uuid4().hex}")
+    memory = await make_memory(cfg, key=key, summarizer=summarizer)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))  # evicts u0: the summary covers it
+    await memory.flush()
+    expected = await _observe(memory)
+    assert f'"summary": {json.dumps(summary)}' in expected[0], (
+        f"STR-003: the view shows a summary other than the text the summarizer returned, "
+        f"{summary!r}: {expected[0]}"
+    )
+    held = ScriptedSummarizer()
+    held.hold()
+    clone = await make_memory(cfg, key=key, summarizer=held)
+    clone.from_dict(json_state(memory))
+    assert await _observe(clone) == expected, (
+        f"the summary {summary!r} does not survive from_dict(to_dict()): {await _observe(clone)}"
+    )
+    held.release()
 
 
 @req("SER-002")

@@ -16,9 +16,10 @@ from stm_conformance.checks import (
     turn_json,
     users,
 )
-from stm_conformance.contract import default_token_estimator
+from stm_conformance.contract import ConversationTurn, default_token_estimator
 
 req = pytest.mark.stm_requirement
+scenario = pytest.mark.stm_scenario
 cap = pytest.mark.stm_capability
 
 
@@ -64,6 +65,27 @@ async def test_truncation_shows_exactly_the_last_window(make_memory, window):
         assert set(view) == {"recent_turns"}, f"truncation view has extra keys: {view}"
         expected = [f"u{i}" for i in range(max(1, n - window + 1), n + 1)] if window else []
         assert users(view["recent_turns"]) == expected, f"after {n} turns"
+
+
+@scenario("text:empty")
+@req("STR-002")
+@cap("truncation")
+async def test_truncation_keeps_empty_and_repeated_turns(make_memory):
+    """Every turn added is a turn of the window, also one whose message and answer are
+    empty or whitespace, or one equal to the turn before: a backend that skips "empty"
+    turns or collapses repeats shows older turns instead."""
+    memory = await make_memory(config("truncation", full_zone_turns=3))
+    added: list[dict[str, str]] = []
+    for user, assistant in [
+        ("q0", "a0"), ("q1", "a1"), ("", ""), (" ", "\n"), ("q1", "a1"), ("q1", "a1"), ("", "a6"),
+    ]:  # fmt: skip
+        await memory.add_turn(ConversationTurn(user_message=user, assistant_response=assistant))
+        added.append({"user": user, "assistant": assistant})
+        shown = (await memory_view(memory))["recent_turns"]
+        assert shown == added[-3:], (
+            f"STR-002: after adding {added[-1]!r} the window shows {shown}, not the last 3 "
+            f"turns added: {added[-3:]}"
+        )
 
 
 @req("STR-003")

@@ -110,6 +110,20 @@ async def test_turns_evicted_during_a_call_stay_pending(make_memory):
     assert users(view.get("pending_turns")) == ["u1", "u2"], (
         f"turns evicted while call 1 ran must stay pending: {view}"
     )
+    # Call 2 was sent two turns: its install removes both, the last one too, and keeps u3.
+    sent = users(summarizer.calls[1]["turns"])
+    await memory.add_turn(turn(4))  # evicts u3 while call 2 runs
+    summarizer.release(1)
+    await eventually(lambda: len(summarizer.calls) == 3, what="third summarizer call")
+    view = await memory_view(memory)
+    assert view.get("summary") == "u0|u1,u2", f"call 2 covered {sent}: {view}"
+    assert users(summarizer.calls[2]["turns"]) == ["u3"], (
+        f"WM-003: call 2 was sent {sent}; the next call must be sent only u3, evicted while "
+        f"it ran, not {users(summarizer.calls[2]['turns'])}"
+    )
+    assert users(view.get("pending_turns")) == ["u3"], (
+        f"WM-003: the summary of {sent} must remove exactly those from pending: {view}"
+    )
     summarizer.release_all()
     await memory.flush()
 
@@ -158,7 +172,10 @@ async def test_each_turn_reaches_one_successful_call_in_order(make_memory, scrip
         if i % 3 == 0:
             await asyncio.sleep(0.005)
     await memory.flush()
-    assert memory.health.value == "healthy"
+    assert memory.health.value == "healthy", (
+        f"HLT-004: the first call and retry 1 failed, and with retry_attempts=2 retry 2 was "
+        f"left, which succeeded: HEALTHY, not {memory.health.value!r} (precondition)"
+    )
     calls = scripted_summarizer.calls
     delivered: list[str] = []
     previous = ""

@@ -16,7 +16,12 @@ from reference_impl.memory import DefaultShortTermMemory
 from . import mutant_provider
 
 BREAKS = "HLT-004"
-COLLATERAL: dict[str, str] = {}
+COLLATERAL = {
+    "HLT-002": (
+        "the count it loses also times the next retry: a state saved after two failed calls "
+        "waits retry 1's backoff from the load, not retry 2's (a loaded state keeps its count)"
+    ),
+}
 
 
 class ForgetfulCountMemory(DefaultShortTermMemory):

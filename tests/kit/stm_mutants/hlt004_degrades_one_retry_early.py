@@ -1,0 +1,42 @@
+"""HLT-004 broken: the memory degrades one retry early.
+
+The first attempt is counted among the retries: with ``retry_attempts=2`` the memory
+degrades when the first attempt and retry 1 have failed, and retry 2 is never made.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reference_impl.entries import MemoryState
+from reference_impl.health import HealthMachine, Transition
+from reference_impl.memory import DefaultShortTermMemory
+
+from . import mutant_provider
+
+BREAKS = "HLT-004"
+COLLATERAL: dict[str, str] = {}
+
+
+class EarlyDegradingHealth(HealthMachine):
+    __slots__ = ()
+
+    def on_failure(self, now: float) -> Transition:
+        self.retry_attempts -= 1  # MUTATION
+        try:
+            return super().on_failure(now)
+        finally:
+            self.retry_attempts += 1
+
+
+class Memory(DefaultShortTermMemory):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._state.health.__class__ = EarlyDegradingHealth
+
+    def _install(self, loaded: MemoryState) -> None:
+        loaded.health.__class__ = EarlyDegradingHealth
+        super()._install(loaded)
+
+
+provider = mutant_provider("hlt004-degrades-one-retry-early", Memory)

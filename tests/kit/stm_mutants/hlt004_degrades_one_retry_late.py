@@ -1,0 +1,42 @@
+"""HLT-004 broken: the memory makes one retry too many before it degrades.
+
+After the first attempt and ``retry_attempts`` retries have failed it retries once more;
+with ``retry_attempts=0`` the first failure leads to a retry instead of DEGRADED.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reference_impl.entries import MemoryState
+from reference_impl.health import HealthMachine, Transition
+from reference_impl.memory import DefaultShortTermMemory
+
+from . import mutant_provider
+
+BREAKS = "HLT-004"
+COLLATERAL: dict[str, str] = {}
+
+
+class LateDegradingHealth(HealthMachine):
+    __slots__ = ()
+
+    def on_failure(self, now: float) -> Transition:
+        self.retry_attempts += 1  # MUTATION
+        try:
+            return super().on_failure(now)
+        finally:
+            self.retry_attempts -= 1
+
+
+class Memory(DefaultShortTermMemory):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._state.health.__class__ = LateDegradingHealth
+
+    def _install(self, loaded: MemoryState) -> None:
+        loaded.health.__class__ = LateDegradingHealth
+        super()._install(loaded)
+
+
+provider = mutant_provider("hlt004-degrades-one-retry-late", Memory)
