@@ -149,7 +149,20 @@ async def hide_every_pending_turn(memory: Any) -> None:
     (:data:`HIDING_BUDGET`) no room to show them: pending, and all hidden (BUD-004)."""
     await memory.add_turn(turn(0))
     await memory.add_turn(turn(1))
-    await memory.add_turn(turn(2, pad=180))
+    last = turn(2, pad=180)
+    await memory.add_turn(last)
+    recent = users((await memory_view(memory)).get("recent_turns"))
+    if recent != [last.user_message]:
+        cfg = getattr(memory, "_stm_config", None)
+        summary_first = (
+            isinstance(cfg, ShortTermMemoryConfig)
+            and cfg.budget.overflow_policy == "truncate_summary"
+        )
+        raise AssertionError(
+            f"{'BUD-005' if summary_first else 'BUD-004'}: recent holds {len(recent)} turns "
+            f"after u2, not u2 alone, which fits: "
+            "pending turns are hidden before a recent turn is evicted (precondition)"
+        )
 
 
 async def memory_view(memory: Any) -> dict[str, Any]:

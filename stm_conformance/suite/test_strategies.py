@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
 from stm_conformance.checks import (
+    EITHER_STRATEGY,
     HIDING_BUDGET,
     canonical_json,
     config,
     hide_every_pending_turn,
     memory_view,
+    state_text,
     turn,
     turn_json,
     users,
@@ -139,3 +142,54 @@ async def test_turn_rendering_and_digest(make_memory, include):
     expected = [turn_json(t, include_digest=include) for t in turns]
     assert view["recent_turns"] == expected
     assert canonical_json(view["recent_turns"]) == canonical_json(expected)
+
+
+def _scribble(value: Any) -> None:
+    """Change everything mutable in ``value`` in place: what a caller merging the view into
+    its prompt, or editing it, may do."""
+    if isinstance(value, dict):
+        for key in list(value):
+            if isinstance(value[key], dict | list):
+                _scribble(value[key])
+            else:
+                value[key] = "changed by the caller"
+        value["added by the caller"] = True
+    elif isinstance(value, list):
+        for item in value:
+            _scribble(item)
+        value.append("added by the caller")
+
+
+@req("STR-004", "STR-003")
+@pytest.mark.parametrize("strategy", EITHER_STRATEGY)
+async def test_a_view_changed_by_its_caller_changes_nothing_of_the_memory(
+    make_memory, scripted_summarizer, stm_capabilities, strategy
+):
+    """The view is the caller's: changed in place, every list and mapping in it down to a
+    digest's ``tools_invoked``, it changes neither the next view nor ``estimate_tokens()``
+    (nor ``to_dict()``). A backend that hands out its own lists, or the turns it renders
+    from, is changed by its callers."""
+    memory = await make_memory(config(strategy, full_zone_turns=2), summarizer=scripted_summarizer)
+    for i in range(4):  # two recent turns; under rolling_summary a summary and a pending turn
+        await memory.add_turn(turn(i, digest=True))
+        if i == 1:
+            await memory.flush()
+    if strategy == "rolling_summary":
+        scripted_summarizer.hold()  # u2 stays pending
+        await memory.add_turn(turn(4, digest=True))
+    before = canonical_json(dict(await memory.get_llm_context()))
+    tokens = memory.estimate_tokens()
+    state = state_text(memory) if "serialization" in stm_capabilities else None
+    _scribble(dict(await memory.get_llm_context()))
+    _scribble(await memory.get_llm_context())
+    after = canonical_json(dict(await memory.get_llm_context()))
+    assert after == before, (
+        f"STR-004: a view its caller changed in place changed the memory's next view: "
+        f"{after[:300]}, not {before[:300]}"
+    )
+    assert memory.estimate_tokens() == tokens, (
+        "STR-004: the caller's change moved estimate_tokens()"
+    )
+    if state is not None:
+        assert state_text(memory) == state, "STR-004: the caller's change reached to_dict()"
+    scripted_summarizer.release()
