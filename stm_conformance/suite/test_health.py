@@ -559,7 +559,7 @@ async def test_a_state_reloaded_after_two_failures_waits_the_second_backoff(
     a failure; loaded then, the state keeps its count of failed calls and waits retry 2's
     backoff from the load, not retry 1's. (After one failure the two are the same, which is
     all the check above can tell.)"""
-    base = 0.15
+    base = 0.3  # retry 2 comes 0.6 s after retry 1 failed: room for a slow loop to reload
     cfg = config(full_zone_turns=1, retry_attempts=50, retry_backoff_base_s=base)
     key = MemoryKey("t", "u", f"reload-retry2-{uuid.uuid4().hex}")
     memory = await make_memory(cfg, key=key, summarizer=scripted_summarizer)
@@ -567,7 +567,7 @@ async def test_a_state_reloaded_after_two_failures_waits_the_second_backoff(
     await memory.add_turn(turn(0))
     await memory.add_turn(turn(1))
     await scripted_summarizer.wait_for_calls(2)  # the first call and retry 1, both failed
-    await anyio.sleep(0.02)  # its failure recorded; retry 2 is 0.3 s away
+    await anyio.sleep(0.02)  # its failure recorded; retry 2 is 0.6 s away
     times = scripted_summarizer.call_times
     assert len(times) == 2, (
         f"HLT-002: retry 2 came {times[2] - times[1]:.3f}s after retry 1; its backoff is "
