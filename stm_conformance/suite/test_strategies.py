@@ -170,12 +170,11 @@ async def test_a_view_changed_by_its_caller_changes_nothing_of_the_memory(
     (nor ``to_dict()``). A backend that hands out its own lists, or the turns it renders
     from, is changed by its callers."""
     memory = await make_memory(config(strategy, full_zone_turns=2), summarizer=scripted_summarizer)
-    for i in range(4):  # two recent turns; under rolling_summary a summary and a pending turn
+    for i in range(4):  # two recent turns; under rolling_summary a summary of u0 and u1
         await memory.add_turn(turn(i, digest=True))
-        if i == 1:
-            await memory.flush()
+    await memory.flush()  # nothing in flight: the views below differ only by the caller
     if strategy == "rolling_summary":
-        scripted_summarizer.hold()  # u2 stays pending
+        scripted_summarizer.hold()  # u2 stays pending, its call held
         await memory.add_turn(turn(4, digest=True))
     before = canonical_json(dict(await memory.get_llm_context()))
     tokens = memory.estimate_tokens()
