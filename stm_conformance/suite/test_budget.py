@@ -368,8 +368,9 @@ async def test_a_summary_over_many_pending_turns_hides_them_in_one_step(make_mem
         await asyncio.sleep(0)  # the first call starts with u0 alone
     # Recent and the visible pending turns as the spec has them (BUD-004, BUD-010) before
     # the summary: what follows is the install's.
-    _assert_view_is_the_models(await _check_invariants(memory, cfg), model, "before the summary")
-    before = len((await memory_view(memory)).get("pending_turns") or [])
+    view = await _check_invariants(memory, cfg)
+    _assert_view_is_the_models(view, model, "before the summary")
+    before = len(view.get("pending_turns") or [])
     first_done.set()
     view = await summary_or_failure(memory)
     assert view.get("summary") == summary, (

@@ -6,7 +6,6 @@ import json
 from importlib import resources
 from typing import Any
 
-import anyio
 import pytest
 
 from stm_conformance import RecordingCallbacks, ScriptedSummarizer
@@ -197,18 +196,13 @@ async def test_health_changes_queued_behind_a_slow_callback_keep_their_order(
     recovery attempts that fail, a few loop turns apart), so transitions queue behind it:
     each is still reported once, oldest first, each from the health the one before went
     to."""
-    reported: list[tuple[str, str]] = []
-
-    async def slow(old: Any, new: Any) -> None:
-        reported.append((str(getattr(old, "value", old)), str(getattr(new, "value", new))))
-        await anyio.sleep(0.1)
-
+    slow = RecordingCallbacks(delay_s=0.1)
     cfg = config(
         full_zone_turns=1,
         retry_attempts=1,
         retry_backoff_base_s=0.01,
         degraded_retry_interval_s=0.01,
-        on_health_changed=slow,
+        on_health_changed=slow.on_health_changed,
     )
     memory = await make_memory(cfg, summarizer=scripted_summarizer)
     scripted_summarizer.fail_always("raise")
@@ -228,8 +222,8 @@ async def test_health_changes_queued_behind_a_slow_callback_keep_their_order(
             what=f"HLT-004: with retry_attempts=1, call {calls} runs in {health} (precondition)",
         )
         scripted_summarizer.let_one_through()
-    await eventually(lambda: len(reported) >= 5, what="CB-003: five health changes reported")
-    chain = reported[:5]
+    await slow.wait_for("health", 5)
+    chain = slow.health[:5]
     want_from = "healthy"
     for old, new in chain:
         assert old == want_from and old != new, (

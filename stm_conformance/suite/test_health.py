@@ -509,6 +509,20 @@ async def test_reloading_a_degraded_state_brings_no_recovery_sooner(
     )
 
 
+async def _failing_from_the_first_call(
+    make_memory: Any, summarizer: ScriptedSummarizer, base: float
+) -> tuple[Any, MemoryKey]:
+    """A memory of a key of its own whose every call fails, its first call made (u0
+    evicted), with ``retry_backoff_base_s=base`` and retries enough never to degrade."""
+    cfg = config(full_zone_turns=1, retry_attempts=50, retry_backoff_base_s=base)
+    key = MemoryKey("t", "u", f"retrying-{uuid.uuid4().hex}")
+    memory = await make_memory(cfg, key=key, summarizer=summarizer)
+    summarizer.fail_always("raise")
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    return memory, key
+
+
 @scenario("bound:lower", "bound:upper")
 @req("HLT-002")
 @pytest.mark.parametrize("via", RELOADS)
@@ -520,12 +534,7 @@ async def test_reloading_a_retry_state_brings_no_retry_sooner(
     loads stop it comes by itself. ``retry_attempts`` is large: a memory that retried on
     every load stays in RETRY, and is caught here."""
     base = 0.3
-    cfg = config(full_zone_turns=1, retry_attempts=50, retry_backoff_base_s=base)
-    key = MemoryKey("t", "u", f"reload-retry-{uuid.uuid4().hex}")
-    memory = await make_memory(cfg, key=key, summarizer=scripted_summarizer)
-    scripted_summarizer.fail_always("raise")
-    await memory.add_turn(turn(0))
-    await memory.add_turn(turn(1))
+    memory, key = await _failing_from_the_first_call(make_memory, scripted_summarizer, base)
     await eventually(
         lambda: memory.health.value == "retry", what="HLT-002: RETRY after a failure (precondition)"
     )
@@ -560,12 +569,7 @@ async def test_a_state_reloaded_after_two_failures_waits_the_second_backoff(
     backoff from the load, not retry 1's. (After one failure the two are the same, which is
     all the check above can tell.)"""
     base = 0.3  # retry 2 comes 0.6 s after retry 1 failed: room for a slow loop to reload
-    cfg = config(full_zone_turns=1, retry_attempts=50, retry_backoff_base_s=base)
-    key = MemoryKey("t", "u", f"reload-retry2-{uuid.uuid4().hex}")
-    memory = await make_memory(cfg, key=key, summarizer=scripted_summarizer)
-    scripted_summarizer.fail_always("raise")
-    await memory.add_turn(turn(0))
-    await memory.add_turn(turn(1))
+    memory, key = await _failing_from_the_first_call(make_memory, scripted_summarizer, base)
     await scripted_summarizer.wait_for_calls(2)  # the first call and retry 1, both failed
     await anyio.sleep(0.02)  # its failure recorded; retry 2 is 0.6 s away
     times = scripted_summarizer.call_times

@@ -24,7 +24,8 @@ Importing a mutant changes nothing for any other memory: the meta-tests import e
 mutant in the processes that also run the reference's own tests. A mutant that replaces a
 module's function does it for its own memory only (``_util.own_memory_only``); one that
 changes a step of the summarizer worker runs the reference's worker with that step changed
-(``_util.work``), rather than a copy of it.
+(``_util.work``), rather than a copy of it; one that changes the health machine gives its
+subclass to ``_util.with_health``.
 """
 
 from __future__ import annotations

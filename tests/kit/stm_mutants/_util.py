@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from reference_impl import keys, watermark
+from reference_impl.entries import MemoryState
+from reference_impl.health import HealthMachine
 from reference_impl.memory import DefaultShortTermMemory, logger
 from reference_impl.types import ConversationTurn, MemoryHealth, MemoryIsolation, MemoryKey
 from stm_conformance.provider import Provider
@@ -140,3 +142,19 @@ async def work(memory: DefaultShortTermMemory, change: WorkerChange) -> None:
             await change.summary_alert(memory, *installed)
         memory._notify()
         await asyncio.sleep(0)
+
+
+def with_health(health_class: type[HealthMachine]) -> type[DefaultShortTermMemory]:
+    """The reference memory whose health machine is a ``health_class`` (a subclass of
+    :class:`HealthMachine` with no fields of its own), from the start and after every load."""
+
+    class Memory(DefaultShortTermMemory):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self._state.health.__class__ = health_class
+
+        def _install(self, loaded: MemoryState) -> None:
+            loaded.health.__class__ = health_class
+            super()._install(loaded)
+
+    return Memory

@@ -6,13 +6,10 @@ degrades when the first attempt and retry 1 have failed, and retry 2 is never ma
 
 from __future__ import annotations
 
-from typing import Any
-
-from reference_impl.entries import MemoryState
 from reference_impl.health import HealthMachine, Transition
-from reference_impl.memory import DefaultShortTermMemory
 
 from . import mutant_provider
+from ._util import with_health
 
 BREAKS = "HLT-004"
 COLLATERAL: dict[str, str] = {}
@@ -29,14 +26,4 @@ class EarlyDegradingHealth(HealthMachine):
             self.retry_attempts += 1
 
 
-class Memory(DefaultShortTermMemory):
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._state.health.__class__ = EarlyDegradingHealth
-
-    def _install(self, loaded: MemoryState) -> None:
-        loaded.health.__class__ = EarlyDegradingHealth
-        super()._install(loaded)
-
-
-provider = mutant_provider("hlt004-degrades-one-retry-early", Memory)
+provider = mutant_provider("hlt004-degrades-one-retry-early", with_health(EarlyDegradingHealth))

@@ -6,13 +6,10 @@ with ``retry_attempts=0`` the first failure leads to a retry instead of DEGRADED
 
 from __future__ import annotations
 
-from typing import Any
-
-from reference_impl.entries import MemoryState
 from reference_impl.health import HealthMachine, Transition
-from reference_impl.memory import DefaultShortTermMemory
 
 from . import mutant_provider
+from ._util import with_health
 
 BREAKS = "HLT-004"
 COLLATERAL: dict[str, str] = {}
@@ -29,14 +26,4 @@ class LateDegradingHealth(HealthMachine):
             self.retry_attempts -= 1
 
 
-class Memory(DefaultShortTermMemory):
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._state.health.__class__ = LateDegradingHealth
-
-    def _install(self, loaded: MemoryState) -> None:
-        loaded.health.__class__ = LateDegradingHealth
-        super()._install(loaded)
-
-
-provider = mutant_provider("hlt004-degrades-one-retry-late", Memory)
+provider = mutant_provider("hlt004-degrades-one-retry-late", with_health(LateDegradingHealth))
