@@ -4,7 +4,8 @@ What happens: PenguiFlow 3.11.2's ``from_dict()`` converts wrong types with ``st
 ``dict()`` instead of refusing them, so a corrupt record loads as garbage; some inputs
 raise ``TypeError`` or ``AttributeError`` rather than ``ValueError``; and it assigns
 ``health`` and ``summary`` before it parses the turns, so a record that fails midway
-leaves the memory half-loaded.
+leaves the memory half-loaded. A field its format does not define is ignored, so the next
+``to_dict()`` drops it without a word.
 
 Spec (SER-003): ``from_dict`` of malformed input MUST raise ``ValueError`` (no other
 exception type) and leave the previous state untouched.
@@ -34,6 +35,7 @@ async def main() -> None:
         "summary is a list": {**good, "summary": ["not", "text"]},
         "user_message is a number": {**good, "turns": [{"user_message": 42}]},
         "state is None": None,
+        "an unknown field": {**good, "x_not_a_field": 1},
         "turn fails after health/summary": {
             **good,
             "health": "degraded",

@@ -356,6 +356,106 @@ async def test_a_number_given_as_another_type_is_refused(make_memory):
     assert state_text(memory) == before_state, "SER-003: a refused from_dict changed to_dict()"
 
 
+def _turn_records(state: dict[str, Any]) -> list[tuple[str, int]]:
+    """Where ``state`` keeps turn records: ``(list field, index)``, in field order."""
+    return [
+        (name, i)
+        for name, records in state.items()
+        if isinstance(records, list)
+        for i, record in enumerate(records)
+        if isinstance(record, dict) and set(TURN_FIELDS) <= set(record)
+    ]
+
+
+def _malformed_variants(valid: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Copies of ``valid`` (a memory's own ``to_dict()``, with pending and recent turns)
+    that its format cannot hold, by what is wrong with each."""
+
+    def edited(change: Any) -> dict[str, Any]:
+        state = json.loads(json.dumps(valid))
+        change(state)
+        return state
+
+    records = _turn_records(valid)
+    found = {"an unknown field": edited(lambda s: s.__setitem__("x_not_a_field", 1))}
+    if records:
+        name, i = records[0]
+        found["an unknown field in a turn record"] = edited(
+            lambda s: s[name][i].__setitem__("x_not_a_field", 1)
+        )
+    if valid.get("version") != 2:
+        return found
+    # The reference format: what docs/memory-state.schema.json refuses, and seqs that do
+    # not number the turns in the order the state holds them (SER-003).
+    for field in ("failures", "dropped_turns", "revision", "summarized_through", "next_seq"):
+        found[f"{field} = -1"] = edited(lambda s, f=field: s.__setitem__(f, -1))
+    ordered = [(n, i) for n in ("backlog", "pending", "turns") for i in range(len(valid[n]))]
+    seqs = [valid[n][i]["seq"] for n, i in ordered]
+    (first, i0), (second, i1) = ordered[0], ordered[1]
+
+    def swapped(state: dict[str, Any]) -> None:
+        state[first][i0]["seq"], state[second][i1]["seq"] = seqs[1], seqs[0]
+
+    found["a turn numbered 0"] = edited(lambda s: s[first][i0].__setitem__("seq", 0))
+    found[f"two turns numbered {seqs[0]} ({first}, {second})"] = edited(
+        lambda s: s[second][i1].__setitem__("seq", seqs[0])
+    )
+    found[f"the {first} turn numbered {seqs[1]}, after the {second} turn {seqs[0]}"] = edited(
+        swapped
+    )
+    found[f"next_seq {seqs[-1]}, the newest turn's seq"] = edited(
+        lambda s: s.__setitem__("next_seq", seqs[-1])
+    )
+    found[f"summarized_through {seqs[0]}, the oldest retained turn's seq"] = edited(
+        lambda s: s.__setitem__("summarized_through", seqs[0])
+    )
+    return found
+
+
+@scenario("direction:reject", "direction:accept")
+@req("SER-003")
+@cap("rolling_summary")
+async def test_a_state_its_format_cannot_hold_is_refused(make_memory, scripted_summarizer):
+    """A field the format does not define is malformed in any format: a loader that ignored
+    it would drop it at the next save. In the reference format (version 2) so are a
+    negative count and turn numbers (``seq``) that do not rise from the backlog through
+    pending to the turns, above ``summarized_through`` and below ``next_seq``: loaded, they
+    would cover a turn that was never summarized or number two turns alike. Each is refused
+    with ``ValueError``, the memory unchanged, and the state it was made from still loads."""
+    memory = await make_memory(config(full_zone_turns=2), summarizer=scripted_summarizer)
+    scripted_summarizer.hold()  # the evicted turns stay pending
+    for i in range(5):
+        await memory.add_turn(turn(i, digest=True))
+    await scripted_summarizer.wait_for_calls(1)
+    valid = json_state(memory)
+    before = await _observe(memory)
+    before_state = state_text(memory)
+    if valid.get("version") == 2:
+        held = len(valid["pending"]) + len(valid["turns"]) + len(valid["backlog"])
+        assert held >= 2, f"check setup: the state holds {held} turns, not the 5 added"
+    for what, state in _malformed_variants(valid).items():
+        await anyio.lowlevel.checkpoint()
+        try:
+            memory.from_dict(state)
+        except ValueError:
+            pass
+        except Exception as exc:
+            raise AssertionError(
+                f"SER-003: from_dict of a state with {what} raised {type(exc).__name__}, "
+                "not ValueError"
+            ) from exc
+        else:
+            raise AssertionError(
+                f"SER-003: from_dict accepted a state with {what}; its format cannot hold it"
+            )
+        assert await _observe(memory) == before, f"SER-003: refusing {what} changed the memory"
+        assert state_text(memory) == before_state, f"SER-003: refusing {what} changed to_dict()"
+    try:
+        memory.from_dict(valid)
+    except Exception as exc:
+        raise AssertionError(f"SER-002: the memory refused its own to_dict(): {exc!r}") from exc
+
+
 async def _failing_memory(
     make_memory: Any, cfg: ShortTermMemoryConfig, key: MemoryKey, health: str, *, turns: int
 ) -> tuple[Any, ScriptedSummarizer]:

@@ -1,6 +1,6 @@
 """SER-001 broken: ``to_dict()`` writes ``version`` as a string (``"2"``).
 
-Versions are written the way ``spec_version`` is (``"1.3.0"``): as text. The backend's own
+Versions are written the way ``spec_version`` is (``"1.4.0"``): as text. The backend's own
 ``from_dict`` reads both forms, so its round trips work, but the state's ``version`` must
 be an integer: other readers of the stored records (the schema, a migration job, another
 backend) dispatch on it as one.
