@@ -61,18 +61,20 @@ def make_provider(
     lifespan: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None = None,
     *,
     namespace: str | None = None,
+    memory_class: type[RedisShortTermMemory] = RedisShortTermMemory,
 ) -> Provider:
     """A provider whose memories get their clients from ``clients()()``.
 
     ``clients`` is called when a memory is made (after ``lifespan`` started), so the
-    lifespan may decide where the server is.
+    lifespan may decide where the server is. ``memory_class`` makes the memories (a
+    subclass changing one behaviour, such as the kit's broken backends).
     """
     run = namespace or f"stm-conformance:{uuid.uuid4().hex[:12]}"
     generations: dict[MemoryKey, int] = {}
 
     def build(config: ShortTermMemoryConfig, key: MemoryKey, summarizer: Any, gen: int) -> Any:
         client, sync_client = clients()()
-        return RedisShortTermMemory(
+        return memory_class(
             client,
             sync_client=sync_client,
             config=config,
@@ -149,8 +151,11 @@ def redis_provider() -> Provider:
     return make_provider("redis", clients, lifespan, namespace=run)
 
 
-def fakeredis_provider() -> Provider:
-    """``--stm-backend=fakeredis``: an in-process server shared by all memories of the run."""
+def fakeredis_provider(
+    name: str = "fakeredis", memory_class: type[RedisShortTermMemory] = RedisShortTermMemory
+) -> Provider:
+    """``--stm-backend=fakeredis``: an in-process server shared by all memories of the run
+    (named ``name``, its memories made by ``memory_class``)."""
     import fakeredis
 
     server = fakeredis.FakeServer()
@@ -161,4 +166,4 @@ def fakeredis_provider() -> Provider:
             fakeredis.FakeRedis(server=server),
         )
 
-    return make_provider("fakeredis", clients)
+    return make_provider(name, clients, memory_class=memory_class)

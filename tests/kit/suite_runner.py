@@ -44,7 +44,7 @@ for name in (
     "_pytest.warnings", "_pytest.helpconfig", "_pytest.setuponly", "_pytest.setupplan",
     "_pytest.tracemalloc", "stm_conformance.checks", "stm_conformance.fixtures",
     "stm_conformance.stateful", "stm_conformance.scripted", "stm_conformance.report",
-    "stm_conformance.xfail", "reference_impl.provider",
+    "stm_conformance.xfail", "reference_impl.provider", "fakeredis", "stm_redis.provider",
 ):
     try:
         importlib.import_module(name)

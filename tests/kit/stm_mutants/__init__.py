@@ -26,6 +26,11 @@ module's function does it for its own memory only (``_util.own_memory_only``); o
 changes a step of the summarizer worker runs the reference's worker with that step changed
 (``_util.work``), rather than a copy of it; one that changes the health machine gives its
 subclass to ``_util.with_health``.
+
+A requirement only a backend of shared state has (CON-002: ``shared_state``, which the
+reference does not declare) is broken in the Redis backend instead, run on fakeredis: its
+mutant subclasses ``stm_redis.RedisShortTermMemory`` and gives it to
+``stm_redis.provider.fakeredis_provider``, whose capabilities are all of them.
 """
 
 from __future__ import annotations
