@@ -18,21 +18,39 @@ from reference_impl.store import (
     revision_of,
 )
 
-__all__ = ["check_expected_revision", "check_key", "check_text", "decode_state", "encode_state"]
+__all__ = [
+    "MAX_KEY_BYTES",
+    "check_expected_revision",
+    "check_key",
+    "check_text",
+    "decode_state",
+    "encode_state",
+]
+
+
+#: The longest key every store can hold, in UTF-8 bytes: SQLite's longest string (its
+#: default ``SQLITE_MAX_LENGTH``). Beyond 2**31 - 1 bytes its driver cannot even send one.
+MAX_KEY_BYTES = 1_000_000_000
 
 
 def check_key(key: object) -> str:
     """Return ``key`` if every store can hold it, else raise.
 
     Any ``str`` is accepted except one with lone surrogates, which has no UTF-8
-    form and so could not be stored by a database.
+    form and so could not be stored by a database, and one longer than
+    :data:`MAX_KEY_BYTES` in UTF-8 (:class:`StateStoreError`, as for those).
     """
     if not isinstance(key, str):
         raise TypeError(f"state key must be str, not {type(key).__name__}")
     try:
-        key.encode("utf-8")
+        size = len(key.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise StateStoreError("state key is not valid unicode text", key=key) from exc
+    if size > MAX_KEY_BYTES:
+        raise StateStoreError(
+            f"state key is {size} bytes in UTF-8; a store holds keys of at most {MAX_KEY_BYTES}",
+            key=key,
+        )
     return key
 
 

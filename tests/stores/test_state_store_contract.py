@@ -20,6 +20,7 @@ from stm_stores import (
     StaleStateError,
     StateStore,
     StateStoreError,
+    codec,
     supports_conditional_save,
 )
 
@@ -192,6 +193,22 @@ async def test_only_one_concurrent_conditional_save_wins(store: Store) -> None:
     winners = [outcome for outcome in outcomes if outcome != "stale"]
     assert len(outcomes) == 10 and len(winners) == 1
     assert await store.load_memory_state("s") == state(1, owner=winners[0])
+
+
+async def test_a_key_longer_than_every_store_holds_is_rejected(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused before it reaches the database, whose driver raises a bare
+    ``OverflowError`` for a string over 2**31 - 1 bytes (the real limit is 10**9)."""
+    monkeypatch.setattr(codec, "MAX_KEY_BYTES", 8)
+    await store.save_memory_state("ö" * 4, state())  # 8 bytes: the longest key
+    for key in ("ö" * 4 + "x", "ö" * 5):
+        with pytest.raises(StateStoreError, match="bytes in UTF-8") as raised:
+            await store.save_memory_state(key, state())
+        assert raised.value.key == key
+        with pytest.raises(StateStoreError, match="bytes in UTF-8"):
+            await store.load_memory_state(key)
+    assert await store.keys() == ["ö" * 4]
 
 
 @pytest.mark.parametrize(
