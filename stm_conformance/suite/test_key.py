@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import json
 import uuid
-from types import SimpleNamespace
+from collections import ChainMap
+from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 import pytest
 
 from stm_conformance import ScriptedSummarizer
-from stm_conformance.checks import EITHER_STRATEGY, config, eventually, memory_view, turn
+from stm_conformance.checks import (
+    EITHER_STRATEGY,
+    config,
+    eventually,
+    json_state,
+    memory_view,
+    turn,
+)
 from stm_conformance.contract import MemoryIsolation, MemoryKey
 
 req = pytest.mark.stm_requirement
@@ -175,8 +183,15 @@ async def test_shared_store_keeps_keys_apart(make_memory, stm_provider, stm_stor
 @pytest.mark.stm_capability("truncation")
 @pytest.mark.parametrize(
     "other",
-    [("t", "u", "b"), ("t2", "u", "a"), ("t", "u2", "a"), ("T", "u", "a")],
-    ids=["session", "tenant", "user", "tenant-case"],
+    [
+        ("t", "u", "b"),
+        ("t2", "u", "a"),
+        ("t", "u2", "a"),
+        ("T", "u", "a"),
+        ("t", "U", "a"),
+        ("t", "u", "A"),
+    ],
+    ids=["session", "tenant", "user", "tenant-case", "user-case", "session-case"],
 )
 async def test_from_dict_refuses_another_keys_state(make_memory, other):
     """Keys that differ in any one part, case included, are other keys."""
@@ -242,6 +257,30 @@ async def test_hydrate_refuses_another_keys_state_persisted_under_its_storage_ke
     after = await memory_view(b)
     assert _marker_free(after, "u4xxxxxx") and after == before, (
         "KEY-007: hydrate loaded another key's state persisted under this memory's storage key"
+    )
+
+
+@req("KEY-007")
+@cap("persistence")
+@pytest.mark.stm_capability("truncation")
+async def test_hydrate_refuses_another_keys_state_stored_by_another_writer(
+    make_memory, stm_provider, stm_store
+):
+    """A's ``to_dict()`` put under B's storage key by a writer other than ``persist`` (a
+    migration, a copy by hand): the record names no storage key, as PenguiFlow's version 1
+    records do not, but it records A's key, which is not B's."""
+    cfg = config("truncation", full_zone_turns=3)
+    key_a, key_b = MemoryKey("t", "u", "a"), MemoryKey("t", "u", "b")
+    a = await make_memory(cfg, key=key_a)
+    await a.add_turn(turn(6, pad=6))
+    where_b = stm_provider.key_for_storage(key_b)
+    await stm_store.save_memory_state(where_b, json_state(a))
+    b = await make_memory(cfg, key=key_b)
+    before = await memory_view(b)
+    await b.hydrate(stm_store, where_b)
+    after = await memory_view(b)
+    assert _marker_free(after, "u6xxxxxx") and after == before, (
+        "KEY-007: hydrate loaded a record of another key's state that names no storage key"
     )
 
 
@@ -346,6 +385,19 @@ def test_keys_come_from_tool_context_dotted_paths(stm_provider):
     }
     got = resolve(deep, None, ctx)
     assert got == MemoryKey("acme", "ann", "c9"), f"KEY-004: paths 3 and 4 deep resolved {got}"
+    # Nested *mappings*: any Mapping, not only dict (a read-only view, a ChainMap).
+    views = MappingProxyType(
+        {
+            "org": ChainMap({"id": "acme"}),
+            "who": MappingProxyType({"id": "ann"}),
+            "conv": ChainMap({}, {"id": "c9"}),
+        }
+    )
+    got = resolve(iso, None, views)
+    assert got == MemoryKey("acme", "ann", "c9"), (
+        f"KEY-004: dotted paths through mappings that are not dicts (MappingProxyType, "
+        f"ChainMap) resolved {got}"
+    )
 
 
 @scenario("direction:accept", "direction:reject")
@@ -426,6 +478,17 @@ def test_nothing_resolvable_disables_memory(stm_provider):
     resolve = _resolver(stm_provider)
     assert resolve(MemoryIsolation(require_explicit_key=True), None, {}) is None
     assert resolve(MemoryIsolation(require_explicit_key=True), None, None) is None
+    # A context with other things in it, none a key part, resolves nothing either.
+    for ctx in (
+        {"request_id": "r1"},
+        {"tenant": {"id": "t"}, "user": "u"},
+        SimpleNamespace(request_id="r1"),
+    ):
+        got = resolve(MemoryIsolation(require_explicit_key=True), None, ctx)
+        assert got is None, (
+            f"KEY-006: tool_context {ctx!r} holds no key part, yet resolved {got!r} with "
+            "require_explicit_key=True"
+        )
     # The other side: a fully resolvable tool_context still gives its key.
     ctx = {"tenant_id": "t", "user_id": "u", "session_id": "s"}
     got = resolve(MemoryIsolation(require_explicit_key=True), None, ctx)
