@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -75,13 +76,28 @@ async def _drive(memory: Any, summarizer: ScriptedSummarizer, ops: list[str]) ->
 @req("SER-001")
 @pytest.mark.stm_capability("rolling_summary")
 async def test_to_dict_is_versioned_json(make_memory, scripted_summarizer):
+    """JSON as it is, with no help from ``json.dumps``: also once turns that name
+    themselves (``turn_id``) have been covered by a summary, failed a call and left."""
     memory = await make_memory(config(full_zone_turns=1), summarizer=scripted_summarizer)
     await memory.add_turn(turn(1, digest=True))
     await memory.add_turn(turn(2))
     await memory.flush()
-    state = memory.to_dict()
-    text = json.dumps(state, allow_nan=False)
-    assert isinstance(json.loads(text).get("version"), int), "to_dict() needs an int version"
+    states = {"after a summary": memory.to_dict()}
+    scripted_summarizer.fail_next(1, mode="raise")
+    for i in range(3, 7):
+        named = dataclasses.replace(turn(i, digest=i % 2 == 0), turn_id=f"turn-{i}-ü")
+        await memory.add_turn(named)
+    states["after a failed call, with turn ids"] = memory.to_dict()
+    await memory.flush()
+    states["once the named turns are summarized"] = memory.to_dict()
+    for when, state in states.items():
+        try:
+            text = json.dumps(state, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise AssertionError(f"SER-001: to_dict() {when} is not JSON: {exc}") from exc
+        assert isinstance(json.loads(text).get("version"), int), (
+            f"SER-001: to_dict() {when} has no int version"
+        )
 
 
 @req("SER-002")
@@ -913,6 +929,45 @@ async def test_persist_then_hydrate_into_a_fresh_memory(
     fresh = await make_memory(cfg, key=key, summarizer=ScriptedSummarizer())
     await fresh.hydrate(stm_store, stm_provider.key_for_storage(key))
     assert await _observe(fresh) == await _observe(memory)
+
+
+@scenario("window:0")
+@req("SER-005", "SER-002")
+@cap("persistence")
+@pytest.mark.stm_capability("rolling_summary")
+async def test_a_state_without_turns_persists_and_hydrates(
+    make_memory, scripted_summarizer, stm_provider, stm_store
+):
+    """A record holding no turn is a record, not an absent one: a summary-only state
+    (``full_zone_turns=0``, every turn summarized) hydrates into a fresh memory, and a new
+    memory's empty state hydrates over a memory that holds turns, replacing them."""
+    key = MemoryKey("t", "u", "turnless")
+    storage = stm_provider.key_for_storage(key)
+    cfg = config(full_zone_turns=0)
+    memory = await make_memory(cfg, key=key, summarizer=scripted_summarizer)
+    for i in range(3):
+        await memory.add_turn(turn(i, digest=True))
+    await memory.flush()
+    view = await memory_view(memory)
+    assert view.get("summary") and not view.get("pending_turns") and not view["recent_turns"], (
+        f"WM-002: every turn summarized with full_zone_turns=0 (precondition): {view}"
+    )
+    await memory.persist(stm_store, storage)
+    fresh = await make_memory(cfg, key=key, summarizer=ScriptedSummarizer())
+    await fresh.hydrate(stm_store, storage)
+    assert await _observe(fresh) == await _observe(memory), (
+        "SER-005: a summary-only state persisted and hydrated into a fresh memory shows "
+        f"{await memory_view(fresh)}, not {view}"
+    )
+    # Under a storage key of its own: over the summary's record, a new memory's save is a
+    # stale write a conditional store refuses (SER-006).
+    empty = await make_memory(cfg, key=key, summarizer=ScriptedSummarizer())
+    await empty.persist(stm_store, f"{storage}:empty")
+    await memory.hydrate(stm_store, f"{storage}:empty")
+    assert await _observe(memory) == await _observe(empty), (
+        "SER-005: a new memory's state hydrated over one that holds a summary left "
+        f"{await memory_view(memory)}"
+    )
 
 
 @req("SER-005", "SER-002")

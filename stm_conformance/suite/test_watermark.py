@@ -22,7 +22,7 @@ from stm_conformance.checks import (
     turn,
     users,
 )
-from stm_conformance.contract import MemoryKey
+from stm_conformance.contract import ConversationTurn, MemoryKey
 from stm_conformance.fixtures import ADD_TURN_LIMIT_S, PreconditionError
 
 pytestmark = [pytest.mark.stm_capability("rolling_summary")]
@@ -91,6 +91,30 @@ async def test_evicted_turns_are_pending_until_summarized(make_memory, scripted_
     everything = [f"u{i}" for i in range(5)]
     assert users(view.get("pending_turns")) == everything[: 5 - window], view
     assert users(view.get("recent_turns")) == everything[5 - window :], view
+    scripted_summarizer.release()
+
+
+@scenario("text:empty")
+@req("WM-002")
+async def test_empty_and_repeated_turns_evicted_are_pending(make_memory, scripted_summarizer):
+    """An evicted turn is pending whatever it holds: one whose message and answer are empty
+    or whitespace, or one equal to the turn before, is not "nothing to summarize"."""
+    memory = await make_memory(config(full_zone_turns=1), summarizer=scripted_summarizer)
+    scripted_summarizer.hold()
+    added: list[dict[str, str]] = []
+    for user, assistant in [
+        ("q0", "a0"), ("", ""), (" ", "\n"), ("q0", "a0"), ("q0", "a0"), ("", "a5"), ("q6", ""),
+    ]:  # fmt: skip
+        await memory.add_turn(ConversationTurn(user_message=user, assistant_response=assistant))
+        added.append({"user": user, "assistant": assistant})
+        view = await memory_view(memory)
+        assert view.get("recent_turns") == added[-1:], (
+            f"STR-002: after adding {added[-1]!r} the window shows {view.get('recent_turns')}"
+        )
+        assert view.get("pending_turns", []) == added[:-1], (
+            f"WM-002: after adding {added[-1]!r} pending shows {view.get('pending_turns')}, "
+            f"not every turn evicted so far: {added[:-1]}"
+        )
     scripted_summarizer.release()
 
 
