@@ -75,6 +75,9 @@ async def test_state_of_one_key_is_invisible_through_another(make_memory, strate
     a = await make_memory(cfg, key=MemoryKey("tenant-a", "user", "session"))
     b = await make_memory(cfg, key=MemoryKey("tenant-b", "user", "session"))
     empty_tokens = b.estimate_tokens()
+    assert b.health.value == "healthy", (
+        f"HLT-001: a new {strategy} memory is {b.health.value!r} (precondition)"
+    )
     for i in range(4):
         await a.add_turn(turn(i, pad=5))
     if strategy == "rolling_summary":
@@ -83,7 +86,7 @@ async def test_state_of_one_key_is_invisible_through_another(make_memory, strate
     assert view_b.get("recent_turns") == [], f"key B sees turns of key A: {view_b}"
     assert "summary" not in view_b and "pending_turns" not in view_b, view_b
     assert b.estimate_tokens() == empty_tokens, "key B's token count moved with key A's turns"
-    assert b.health.value == "healthy"
+    assert b.health.value == "healthy", f"key B's health moved with key A's: {b.health.value!r}"
 
 
 @req("KEY-002")

@@ -741,6 +741,9 @@ async def test_penguiflow_v1_states_load(make_memory, stm_capabilities, name):
     summarizer = ScriptedSummarizer()
     summarizer.hold()
     memory = await make_memory(cfg, summarizer=summarizer)
+    assert memory.health.value == "healthy", (
+        f"HLT-001: a new {strategy} memory is {memory.health.value!r} (precondition)"
+    )
     memory.from_dict(state)
     view = await memory_view(memory)
     assert memory.health.value == state["health"], (

@@ -35,6 +35,18 @@ async def test_none_strategy_is_a_no_op(make_memory):
     assert memory.estimate_tokens() == default_token_estimator("{}")
 
 
+@req("HLT-001")
+@pytest.mark.parametrize("strategy", ["none", pytest.param("truncation", marks=cap("truncation"))])
+async def test_a_memory_without_a_summarizer_is_healthy(make_memory, strategy):
+    """No summarizer is not a summarizer unavailable: a new ``none`` or ``truncation``
+    memory is HEALTHY, as a ``rolling_summary`` one is."""
+    memory = await make_memory(config(strategy, full_zone_turns=2))
+    health = memory.health
+    assert isinstance(health, str) and health.value == "healthy", (
+        f"HLT-001: a new {strategy} memory's health is {health!r}"
+    )
+
+
 @req("STR-001")
 async def test_none_strategy_measures_its_view_with_the_configured_estimator(make_memory):
     """``none`` shows ``{}``; ``estimate_tokens()`` is the configured estimator on it, not
