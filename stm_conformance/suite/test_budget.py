@@ -219,9 +219,13 @@ async def test_truncate_oldest_hides_the_oldest_pending(make_memory, scripted_su
     view = await _check_invariants(memory, cfg)
     pending = view.get("pending_turns", [])
     evicted = [turn_json(t) for t in added[: len(added) - len(view["recent_turns"])]]
-    assert pending == evicted[len(evicted) - len(pending) :], (
-        "BUD-004: visible pending must be the newest evicted turns"
-    )
+    newest = evicted[len(evicted) - len(pending) :]
+    if pending != newest and sorted(users(pending)) == sorted(users(newest)):
+        raise AssertionError(
+            f"WM-005: the visible pending turns are the newest evicted, shown out of the "
+            f"order they were added: {users(pending)}"
+        )
+    assert pending == newest, "BUD-004: visible pending must be the newest evicted turns"
     # BUD-010: one more (older) pending turn would not have fitted.
     if len(pending) < len(evicted):
         bigger = dict(view, pending_turns=evicted[len(evicted) - len(pending) - 1 :])
