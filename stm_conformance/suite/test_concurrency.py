@@ -44,6 +44,48 @@ async def test_concurrent_add_turn_loses_nothing(make_memory, scripted_summarize
 
 
 @req("CON-001")
+@pytest.mark.stm_capability("rolling_summary")
+async def test_concurrent_add_turn_while_degraded_loses_nothing(make_memory, scripted_summarizer):
+    """The same while DEGRADED, where evicted turns go to the backlog: once the memory has
+    recovered, every turn is recent or covered by a call that succeeded."""
+    cfg = config(
+        full_zone_turns=3,
+        retry_attempts=0,
+        recovery_backlog_limit=1000,  # no drop: a turn missing is CON-001's, not HLT-005's
+        degraded_retry_interval_s=0.3,
+    )
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_next(1, mode="raise")
+    for i in range(4):
+        await memory.add_turn(turn(i))  # u0 evicted: its call fails, and the memory degrades
+    await eventually(
+        lambda: memory.health.value == "degraded", what="HLT-004: DEGRADED (precondition)"
+    )
+    async with anyio.create_task_group() as tg:
+        for i in range(4, 64):
+            tg.start_soon(memory.add_turn, turn(i))
+    await eventually(
+        lambda: memory.health.value == "healthy",
+        timeout=5,
+        what="HLT-006: recovery to HEALTHY (precondition)",
+    )
+    await memory.flush()
+    summarizer = scripted_summarizer
+    covered = [
+        u
+        for index, call in enumerate(summarizer.calls)
+        if summarizer.outputs[index] is not None
+        for u in users(call["turns"])
+    ]
+    recent = users((await memory_view(memory))["recent_turns"])
+    missing = sorted(set(range(64)) - set(_ids(covered + recent)))
+    assert not missing, (
+        f"CON-001: turns added concurrently while DEGRADED are neither recent nor covered by "
+        f"a summary once the memory recovered: {missing}"
+    )
+
+
+@req("CON-001")
 @pytest.mark.stm_capability("truncation")
 async def test_concurrent_add_turn_truncation(make_memory):
     memory = await make_memory(config("truncation", full_zone_turns=100, total_max_tokens=0))
