@@ -998,12 +998,20 @@ def _pending_difference(model: SpecModel, inner: dict[str, Any], step: _Step) ->
         )
     if entry.was_hidden:
         return "WM-006", f"{newest!r} was hidden by the budget and is gone (deleted)"
+    if entry.why == "HLT-006":
+        return "HLT-006", (
+            f"{newest!r}, evicted while a recovery attempt ran, is not pending since it succeeded"
+        )
     # A shorter run of the newest, none included when the budget hides some: hidden too many.
     hides = len(model.visible_pending) < len(model.pending)
+    if model.health == "retry" and not hides:
+        return "HLT-003", f"in RETRY the view must show every pending turn; {missing} are not shown"
     if (got or hides) and want[len(want) - len(got) :] == got:
         return "BUD-010", (
             f"visible pending {got}; the longest run of newest pending turns that fits is {want}"
         )
+    if model.health == "retry":
+        return "HLT-003", f"in RETRY the view must show the pending turns; {missing} are not shown"
     return "WM-002", f"evicted turn {newest!r} is not pending (lost before any summary)"
 
 

@@ -27,6 +27,7 @@ from stm_conformance.checks import (
     patient,
     state_text,
     turn,
+    users,
 )
 from stm_conformance.contract import (
     ConversationTurn,
@@ -514,6 +515,12 @@ async def test_round_trip_keeps_a_failing_health(make_memory, health):
         )
     else:
         memory, _ = await _failing_memory(make_memory, cfg, key, health, turns=3)
+    if health == "retry":
+        shown = users((await memory_view(memory)).get("pending_turns"))
+        assert shown == ["u0", "u1"], (
+            f"HLT-003: in RETRY the view shows pending {shown}, not the turns evicted, "
+            "['u0', 'u1'] (precondition)"
+        )
     clone_summarizer = ScriptedSummarizer()
     clone_summarizer.hold()
     clone = await make_memory(cfg, key=key, summarizer=clone_summarizer)
