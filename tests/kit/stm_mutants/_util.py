@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from reference_impl import keys, watermark
+from reference_impl.budget import Budget
 from reference_impl.entries import MemoryState
 from reference_impl.health import HealthMachine
 from reference_impl.memory import DefaultShortTermMemory, logger
@@ -158,3 +159,15 @@ def with_health(health_class: type[HealthMachine]) -> type[DefaultShortTermMemor
             super()._install(loaded)
 
     return Memory
+
+
+def with_budget(budget_class: type[Budget]) -> type[DefaultShortTermMemory]:
+    """The reference memory measuring and trimming with ``budget_class``, a ``Budget``
+    subclass (with ``__slots__ = ()``) that changes one rule."""
+
+    class BudgetMemory(DefaultShortTermMemory):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self._budget = budget_class.for_config(self._config)
+
+    return BudgetMemory
