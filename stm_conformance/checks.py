@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+import anyio
 import pytest
+from _pytest.outcomes import OutcomeException
 
 from ._patience import patient
 from .contract import (
@@ -30,6 +32,7 @@ __all__ = [
     "EITHER_STRATEGY",
     "HIDING_BUDGET",
     "canonical_json",
+    "concurrently",
     "config",
     "dropped_while_not_degraded",
     "eventually",
@@ -217,6 +220,35 @@ async def eventually(
             # ``what`` leads, so a message naming a requirement ID is attributed to it.
             raise AssertionError(f"{what} (still not true after {timeout:g}s)")
         await asyncio.sleep(0.002)
+
+
+async def concurrently(*calls: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+    """Run ``calls`` at once in a task group, waiting for all of them.
+
+    A pytest outcome one of them raises (a broken precondition from the checked memory,
+    which ends the check at once) ends the check as itself: inside the group it would
+    leave as a ``BaseExceptionGroup``, which closes the test runner's event loop thread
+    and fails every async check after this one."""
+    try:
+        async with anyio.create_task_group() as group:
+            for call in calls:
+                group.start_soon(call)
+    except BaseExceptionGroup as raised:
+        outcome = _first_outcome(raised)
+        if outcome is None:
+            raise
+        raise outcome from None  # its own traceback shows the call it came from
+
+
+def _first_outcome(group: BaseExceptionGroup[Any]) -> BaseException | None:
+    for inner in group.exceptions:
+        if isinstance(inner, BaseExceptionGroup):
+            found = _first_outcome(inner)
+            if found is not None:
+                return found
+        elif isinstance(inner, OutcomeException):
+            return inner
+    return None
 
 
 async def returns_within(

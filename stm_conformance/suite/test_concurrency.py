@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from typing import Any
 
 import anyio
@@ -11,7 +12,16 @@ import pytest
 
 from stm_conformance import RecordingCallbacks, ScriptedSummarizer
 from stm_conformance._deadline import settle_tasks
-from stm_conformance.checks import config, eventually, json_state, memory_view, patient, turn, users
+from stm_conformance.checks import (
+    concurrently,
+    config,
+    eventually,
+    json_state,
+    memory_view,
+    patient,
+    turn,
+    users,
+)
 from stm_conformance.contract import MemoryKey
 from stm_conformance.fixtures import CheckedMemory
 
@@ -28,9 +38,7 @@ async def test_concurrent_add_turn_loses_nothing(make_memory, scripted_summarize
     # A backlog limit no run reaches: a turn lost here is CON-001's, not WM-006's.
     cfg = config(full_zone_turns=3, recovery_backlog_limit=1000)
     memory = await make_memory(cfg, summarizer=scripted_summarizer)
-    async with anyio.create_task_group() as tg:
-        for i in range(60):
-            tg.start_soon(memory.add_turn, turn(i))
+    await concurrently(*(functools.partial(memory.add_turn, turn(i)) for i in range(60)))
     await memory.flush()
     sent = [u for call in scripted_summarizer.calls for u in users(call["turns"])]
     recent = users((await memory_view(memory))["recent_turns"])
@@ -61,9 +69,7 @@ async def test_concurrent_add_turn_while_degraded_loses_nothing(make_memory, scr
     await eventually(
         lambda: memory.health.value == "degraded", what="HLT-004: DEGRADED (precondition)"
     )
-    async with anyio.create_task_group() as tg:
-        for i in range(4, 64):
-            tg.start_soon(memory.add_turn, turn(i))
+    await concurrently(*(functools.partial(memory.add_turn, turn(i)) for i in range(4, 64)))
     await eventually(
         lambda: memory.health.value == "healthy",
         timeout=5,
@@ -89,9 +95,7 @@ async def test_concurrent_add_turn_while_degraded_loses_nothing(make_memory, scr
 @pytest.mark.stm_capability("truncation")
 async def test_concurrent_add_turn_truncation(make_memory):
     memory = await make_memory(config("truncation", full_zone_turns=100, total_max_tokens=0))
-    async with anyio.create_task_group() as tg:
-        for i in range(50):
-            tg.start_soon(memory.add_turn, turn(i))
+    await concurrently(*(functools.partial(memory.add_turn, turn(i)) for i in range(50)))
     assert sorted(_ids(users((await memory_view(memory))["recent_turns"]))) == list(range(50))
 
 
@@ -108,9 +112,7 @@ async def test_two_instances_on_one_key_lose_nothing(make_memory, make_peer, scr
         for i in range(start, start + 20):
             await memory.add_turn(turn(i))
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(write, a, 0)
-        tg.start_soon(write, b, 100)
+    await concurrently(functools.partial(write, a, 0), functools.partial(write, b, 100))
     await a.flush()
     await b.flush()
     sent = [u for call in scripted_summarizer.calls for u in users(call["turns"])]

@@ -132,3 +132,42 @@ def test_invalid_markers_fail_the_check(fake_suite: FakeSuite, run_pytest: RunPy
     output = result.stdout.str()
     assert "conformance check names requirement IDs not in the spec: ['ZZZ-999']" in output
     assert "conformance check names unknown capabilities: ['teleport']" in output
+
+
+def test_a_precondition_broken_in_concurrent_calls_fails_its_check_alone(
+    fake_suite: FakeSuite, run_pytest: RunPytest
+) -> None:
+    """A broken precondition ends a check at once; raised in one of the calls a check runs
+    at once (``checks.concurrently``), it ends the check as itself, blamed on its own
+    requirement, and the async checks after it run."""
+    fake_suite(
+        """
+        import anyio
+        from stm_conformance.checks import concurrently
+        from stm_conformance.fixtures import PreconditionError
+
+
+        @req("CON-001")
+        async def test_one_call_breaks_a_precondition():
+            async def fine():
+                await anyio.sleep(0.01)
+
+            async def broken():
+                raise PreconditionError("HLT-008: add_turn() raised RuntimeError")
+
+            await concurrently(fine, broken, fine)
+
+
+        @req("STR-001")
+        async def test_the_next_async_check_runs(make_memory):
+            from stm_conformance.checks import config, turn
+
+            memory = await make_memory(config("truncation"))
+            await memory.add_turn(turn(1))
+        """
+    )
+    result = run_pytest(BACKEND, "--stm-report=report.json", "test_fake.py")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*HLT-008: add_turn() raised RuntimeError*"])
+    result.stdout.no_fnmatch_line("*ClosedResourceError*")
+    result.stdout.no_fnmatch_line("*BaseExceptionGroup*")
