@@ -60,6 +60,8 @@ class ModelTurn:
     was_hidden: bool = False
     #: Why it left recent: ``BUD-003`` (the window) or ``BUD-004`` (the token budget).
     evicted_by: str | None = None
+    #: The health it left recent in (``healthy``, ``retry``...).
+    evicted_in: str | None = None
 
 
 @dataclass
@@ -239,7 +241,7 @@ class SpecModel:
 
     def _evict_oldest_recent(self, why: str) -> None:
         entry = self.recent.pop(0)
-        entry.evicted_by = why
+        entry.evicted_by, entry.evicted_in = why, self.health
         if not self.rolling:
             entry.place, entry.why = "dropped", "STR-002"  # truncation keeps no older turns
         elif self.degraded:

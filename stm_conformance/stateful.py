@@ -1004,13 +1004,16 @@ def _pending_difference(model: SpecModel, inner: dict[str, Any], step: _Step) ->
         )
     # A shorter run of the newest, none included when the budget hides some: hidden too many.
     hides = len(model.visible_pending) < len(model.pending)
-    if model.health == "retry" and not hides:
+    # Pending before RETRY began and not shown in it; one evicted in RETRY and not pending
+    # did not become pending at all (WM-002).
+    unshown = model.health == "retry" and entry.evicted_in != "retry"
+    if unshown and not hides:
         return "HLT-003", f"in RETRY the view must show every pending turn; {missing} are not shown"
     if (got or hides) and want[len(want) - len(got) :] == got:
         return "BUD-010", (
             f"visible pending {got}; the longest run of newest pending turns that fits is {want}"
         )
-    if model.health == "retry":
+    if unshown:
         return "HLT-003", f"in RETRY the view must show the pending turns; {missing} are not shown"
     return "WM-002", f"evicted turn {newest!r} is not pending (lost before any summary)"
 

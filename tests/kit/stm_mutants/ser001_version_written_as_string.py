@@ -1,9 +1,9 @@
 """SER-001 broken: ``to_dict()`` writes ``version`` as a string (``"2"``).
 
 Versions are written the way ``spec_version`` is (``"1.4.0"``): as text. The backend's own
-``from_dict`` reads both forms, so its round trips work, but the state's ``version`` must
-be an integer: other readers of the stored records (the schema, a migration job, another
-backend) dispatch on it as one.
+``from_dict`` (and ``afrom_dict``, which ``hydrate`` uses) reads both forms, so its round
+trips work, but the state's ``version`` must be an integer: other readers of the stored
+records (the schema, a migration job, another backend) dispatch on it as one.
 """
 
 from __future__ import annotations
@@ -26,9 +26,16 @@ class TextVersionMemory(DefaultShortTermMemory):
         return data
 
     def from_dict(self, state: Mapping[str, Any]) -> None:
-        if isinstance(state, Mapping) and state.get("version") == "2":
-            state = {**state, "version": 2}
-        super().from_dict(state)
+        super().from_dict(_int_version(state))
+
+    async def afrom_dict(self, state: Mapping[str, Any]) -> None:  # hydrate loads this way
+        await super().afrom_dict(_int_version(state))
+
+
+def _int_version(state: Mapping[str, Any]) -> Mapping[str, Any]:
+    if isinstance(state, Mapping) and state.get("version") == "2":
+        return {**state, "version": 2}
+    return state
 
 
 provider = mutant_provider("ser001-version-written-as-string", TextVersionMemory)
