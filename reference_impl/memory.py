@@ -23,6 +23,7 @@ from .callbacks import CallbackQueue
 from .entries import Entry, MemoryState, render_view
 from .health import HealthMachine, Transition
 from .inputs import MAX_REVISION, check_turn, text_problem
+from .saves import Saves
 from .types import (
     ConversationTurn,
     MemoryBudgetExceeded,
@@ -86,6 +87,7 @@ class DefaultShortTermMemory:
         self._records: schema.Records = {}
         self._changed = asyncio.Event()
         self._closed = False
+        self._saves = Saves()
         self._on_turn = CallbackQueue("on_turn_added", config.on_turn_added)
         self._on_summary = CallbackQueue("on_summary_updated", config.on_summary_updated)
         self._on_health = CallbackQueue("on_health_changed", config.on_health_changed)
@@ -190,8 +192,10 @@ class DefaultShortTermMemory:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Cancel background work (CON-003). Idempotent."""
+        """Cancel background work (CON-003), after waiting for the saves of a ``persist``
+        whose caller was cancelled. Idempotent."""
         self._closed = True
+        await self._saves.wait()
         worker, self._worker = self._worker, None
         if worker is not None and not worker.done():
             worker.cancel()
@@ -261,8 +265,8 @@ class DefaultShortTermMemory:
         save = self._persisting(store, key)
         if save is not None:
             # A store may finish a write after its caller was cancelled (SQLite commits in
-            # a thread): shielding keeps the revision in step with what was written.
-            await asyncio.shield(asyncio.ensure_future(save))
+            # a thread): run to its end, the save keeps the revision in step with it.
+            await self._saves.run(save)
 
     def _persisting(self, store: Any, key: str) -> Coroutine[Any, Any, None] | None:
         """:meth:`persist` without its shield: the state is taken now, and the returned

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import math
 import os
 import random
+import re
 import socket
 import time
 import uuid
@@ -44,10 +46,12 @@ from reference_impl.entries import Entry, MemoryState, render_view
 from reference_impl.health import HealthMachine, Transition
 from reference_impl.inputs import check_turn, check_turn_id
 from reference_impl.memory import call_summarizer, saved_for, unless_replaced
+from reference_impl.saves import Saves
 
 from . import scripts, state_json
 from .errors import RedisContentionError, RedisMemoryError, RedisUnavailableError
 from .keys import DEFAULT_NAMESPACE, SessionKeys
+from .options import check_count, check_ms, check_seconds
 
 __all__ = ["DEFAULT_LEASE_TTL_S", "DEFAULT_TTL_S", "RedisShortTermMemory"]
 
@@ -94,6 +98,18 @@ class _Snapshot:
     #: none yet). Carried by every write, so a snapshot read before the reply of an
     #: outcome's write shows whether it holds that outcome already (:meth:`_state`).
     outcome: str = ""
+
+
+def _counter(value: Any) -> int:
+    """A counter of the state hash, as the scripts accept one (``ValueError`` otherwise):
+    ``int()`` alone would also read ``"007"`` and ``" 7"``, which ``HINCRBY`` refuses."""
+    text = _text(value)
+    if not _COUNTER.fullmatch(text):
+        raise ValueError(f"counter {text!r} is not an integer of at most 18 digits")
+    return int(text)
+
+
+_COUNTER = re.compile(r"0|-?[1-9][0-9]{0,17}")
 
 
 def _fields(reply: Any) -> Any:
@@ -166,10 +182,12 @@ class RedisShortTermMemory:
             raise TypeError("key must be a MemoryKey")
         if config.strategy == "rolling_summary" and summarizer is None:
             raise ValueError("rolling_summary requires a summarizer callable")
-        if ttl_s is not None and ttl_s <= 0:
-            raise ValueError("ttl_s must be > 0 or None")
-        if lease_ttl_s <= 0 or poll_interval_s <= 0 or max_attempts < 1 or turn_ids_kept < 1:
-            raise ValueError("lease_ttl_s, poll_interval_s, max_attempts, turn_ids_kept: > 0")
+        if ttl_s is not None:
+            check_ms("ttl_s", ttl_s)
+        check_ms("lease_ttl_s", lease_ttl_s)
+        check_seconds("poll_interval_s", poll_interval_s)
+        check_count("max_attempts", max_attempts)
+        check_count("turn_ids_kept", turn_ids_kept)
         self._client = client
         self._config = config
         self._key = key
@@ -237,6 +255,7 @@ class RedisShortTermMemory:
         self._handoff: tuple[_Snapshot, str, float] | None = None
         self._changed = asyncio.Event()
         self._closed = False
+        self._saves = Saves()
         self._on_turn = CallbackQueue("on_turn_added", config.on_turn_added)
         self._on_summary = CallbackQueue("on_summary_updated", config.on_summary_updated)
         self._on_health = CallbackQueue("on_health_changed", config.on_health_changed)
@@ -269,7 +288,9 @@ class RedisShortTermMemory:
 
         ``turn_id`` identifies the turn (default: the turn's own ``turn_id``, else a fresh
         UUID): a turn whose id is recorded already is not added again, so a caller that
-        lost the reply may retry.
+        lost the reply may retry. A ``turn_id`` given here is stored as the turn's own, so
+        that it outlives a replacement (``from_dict``, ``hydrate``) of a state holding the
+        turn; a fresh UUID is not, and is known only until such a replacement.
 
         Raises:
             MemoryBudgetExceeded: ``overflow_policy="error"`` and the turn does not fit
@@ -288,12 +309,14 @@ class RedisShortTermMemory:
         tid = turn_id if turn_id is not None else turn.turn_id
         if tid is None:
             tid = os.urandom(16).hex()  # as random as uuid4
+        # A replacement rebuilds the recorded ids from the stored turns' own.
+        stored = turn if turn_id is None else dataclasses.replace(turn, turn_id=turn_id)
         config, budget = self._config, self._budget
 
         def admit(state: MemoryState) -> None:
             entry = Entry.make(
                 state.next_seq,
-                turn,
+                stored,
                 include_digest=config.include_trajectory_digest,
                 size_of=budget.meter.size_of,
             )
@@ -390,6 +413,9 @@ class RedisShortTermMemory:
         if self._closed:
             return
         self._closed = True
+        # A save of a persist whose caller was cancelled writes to Redis last: before the
+        # client closes.
+        await self._saves.wait()
         tasks = [t for t in (self._worker, self._replace_task) if t is not None and not t.done()]
         self._worker = self._replace_task = None
         for task in tasks:
@@ -519,7 +545,7 @@ class RedisShortTermMemory:
             await self._commit(_saved_as(current + 1), epoch=snap.epoch)
             self._unmarked = None
 
-        await asyncio.shield(asyncio.ensure_future(save()))
+        await self._saves.run(save())
 
     async def hydrate(self, store: Any, key: str) -> None:
         """Load through ``store.load_memory_state``; refuse another key's state (KEY-007)."""
@@ -629,8 +655,7 @@ class RedisShortTermMemory:
     def _snapshot(self, reply: Any) -> _Snapshot:
         """A snapshot from a ``{status, rev, fence, epoch, nb, doc}`` reply."""
         try:
-            rev, fence, epoch = _text(reply[1]), int(_text(reply[2])), int(_text(reply[3]))
-            int(rev)  # compared as a number (``_adopt``)
+            rev, fence, epoch = (_counter(reply[i]) for i in (1, 2, 3))
             doc = _text(reply[5])
         except (ValueError, IndexError, TypeError) as exc:  # UnicodeDecodeError included
             raise RedisMemoryError(
@@ -638,7 +663,7 @@ class RedisShortTermMemory:
                 key=self._keys.state,
             ) from exc
         state, outcome = self._decode(doc)
-        return _Snapshot(rev=rev, fence=fence, epoch=epoch, state=state, outcome=outcome)
+        return _Snapshot(rev=str(rev), fence=fence, epoch=epoch, state=state, outcome=outcome)
 
     def _adopt(self, snap: _Snapshot) -> None:
         """Keep the newest snapshot; a pending ``from_dict`` stays visible until written.
@@ -691,6 +716,14 @@ class RedisShortTermMemory:
                 key=self._keys.state,
                 turn_id=turn_id,
                 recorded=False if turn_id is not None else None,
+            ) from exc
+        except UnicodeDecodeError as exc:
+            # A client made with ``decode_responses=True`` decodes the reply itself: a
+            # stored state that is not UTF-8 fails there, after the script ran.
+            raise RedisMemoryError(
+                f"stored state hash is corrupt: {type(exc).__name__}: {exc}",
+                key=self._keys.state,
+                turn_id=turn_id,
             ) from exc
 
     async def _refresh(self) -> _Snapshot:
@@ -851,16 +884,12 @@ class RedisShortTermMemory:
     def _replace(self, data: Mapping[str, Any], *, stored: bool) -> None:
         state = schema.load(data, self._config, self._budget, self._key)
         state.stored = stored
-        self._replacements += 1
-        self._outcomes.clear()
-        self._shown = None
         # Timers restart from now, as in the reference: loading a state in RETRY again
         # and again must not bring its retries sooner (HLT-002, HLT-006).
         state.health.restart_timers(time.time())
         doc = self._encode(state)
         rid = os.urandom(8).hex()
         if self._sync_commit is not None:
-            self._pending_doc = None
             self.round_trips += 1
             asked = time.monotonic()
             try:
@@ -876,11 +905,16 @@ class RedisShortTermMemory:
                     f"Redis refused the operation: {type(exc).__name__}: {exc}",
                     key=self._keys.state,
                 ) from exc
+            # Written: from here on the state is replaced. A refused write replaced
+            # nothing, and a call in flight goes on belonging to the state it was sent.
+            self._begin_replacement()
+            self._pending_doc = None
             self._snap = self._replaced(reply, state, asked)
             self._notify()
             if self._config.strategy == "rolling_summary":
                 self._wake()
             return
+        self._begin_replacement()  # shown at once, written before the next call
         self._pending_doc, self._pending_rid = doc, rid
         self._snap = _Snapshot(rev="-1", fence=0, epoch=-1, state=state)
         self._notify()
@@ -890,6 +924,13 @@ class RedisShortTermMemory:
             return  # written by the next call
         if not self._closed and (self._replace_task is None or self._replace_task.done()):
             self._replace_task = loop.create_task(self._replace_in_background())
+
+    def _begin_replacement(self) -> None:
+        """A call in flight now belongs to the replaced state: its outcome is dropped
+        (WM-004), and no outcome on its way is shown on the new state."""
+        self._replacements += 1
+        self._outcomes.clear()
+        self._shown = None
 
     def _replace_args(self, doc: str, state: MemoryState, rid: str) -> list[str]:
         """COMMIT arguments writing ``doc`` unconditionally as a new epoch, replacement

@@ -59,10 +59,17 @@ end
 # an instance that read the old one takes the new one for newer (``_adopt``), and a lease
 # or epoch of the old life never matches the new one.
 _COUNTERS = """
+-- What HINCRBY takes and can add to: a decimal without leading zeros, at most 18 digits
+-- (far below 2^63). '007' or a 20-digit value would pass a looser check and then fail
+-- HINCRBY midway through a script, after its first writes.
+local function canonical(s)
+  return #s <= 18 and (s == '0' or string.match(s, '^%-?[1-9]%d*$') ~= nil)
+end
 local function corrupt(v)
   for i = 1, 3 do
-    if v[i] and not string.match(v[i], '^%-?%d+$') then
-      return redis.error_reply('corrupt state hash: rev, fence and epoch must be integers')
+    if v[i] and not canonical(v[i]) then
+      return redis.error_reply(
+        'corrupt state hash: rev, fence and epoch must be integers of at most 18 digits')
     end
   end
   return nil

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ from stm_stores.codec import check_expected_revision, check_key, decode_state, e
 from reference_impl.store import CorruptStateError, StaleStateError, StateStoreError
 
 from .keys import check_namespace
+from .options import check_ms
 
 __all__ = ["RedisStateStore"]
 
@@ -53,6 +55,8 @@ class RedisStateStore:
         ttl_s: float | None = None,
         owns_client: bool = False,
     ) -> None:
+        if ttl_s is not None:
+            check_ms("ttl_s", ttl_s)
         self._client = client
         self._namespace = check_namespace(namespace)
         self._ttl_ms = "0" if ttl_s is None else str(round(ttl_s * 1000))
@@ -161,8 +165,15 @@ def _decode(key: str, rev: Any, text: Any) -> dict[str, Any]:
 
 
 def _revision(key: str, raw: Any) -> int:
-    """A record's stored ``rev`` field; ``CorruptStateError`` unless it is an integer."""
+    """A record's stored ``rev`` field; ``CorruptStateError`` unless it is an integer
+    written as this store writes one (``int()`` also reads ``"010"``, ``" 10"`` and
+    ``"1_0"``, which the save script, comparing text, would never match)."""
     if raw is not None:
         with contextlib.suppress(ValueError):  # UnicodeDecodeError included
-            return int(_text(raw))
+            text = _text(raw)
+            if _CANONICAL_REV.fullmatch(text):
+                return int(text)
     raise CorruptStateError(f"stored revision {raw!r} is not an integer", key=key)
+
+
+_CANONICAL_REV = re.compile(r"0|[1-9][0-9]*")

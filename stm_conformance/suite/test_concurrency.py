@@ -161,6 +161,49 @@ async def test_a_closed_memory_starts_no_work(stm_provider, scripted_summarizer)
     )
 
 
+class _SlowStore:
+    """The provider's store, each save 0.3 s late: time to cancel the ``persist``."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    async def save_memory_state(self, key: str, state: Any) -> None:
+        await asyncio.sleep(0.3)
+        await self._store.save_memory_state(key, state)
+
+    async def load_memory_state(self, key: str) -> Any:
+        return await self._store.load_memory_state(key)
+
+
+@req("CON-003")
+@pytest.mark.stm_capability("persistence")
+@pytest.mark.stm_capability("truncation")
+async def test_a_persist_whose_caller_was_cancelled_is_over_by_aclose(
+    stm_provider, stm_store, scripted_summarizer
+):
+    """A backend may let a save run on after its caller was cancelled (a store that
+    commits in a thread finishes anyway); it is still the memory's work, done or cancelled
+    by the time ``aclose()`` returns."""
+    before = set(asyncio.all_tasks())
+    cfg = config("truncation", full_zone_turns=3)
+    key = MemoryKey("t", "u", "cancelled-persist")
+    raw = await stm_provider.create(cfg, key, scripted_summarizer)
+    if not hasattr(raw, "aclose"):
+        pytest.skip("backend has no aclose()")
+    await CheckedMemory(raw, cfg, scripted_summarizer).add_turn(turn(1))
+    persist = asyncio.ensure_future(
+        raw.persist(_SlowStore(stm_store), stm_provider.key_for_storage(key))
+    )
+    await asyncio.sleep(0.05)
+    persist.cancel()
+    await asyncio.gather(persist, return_exceptions=True)
+    with anyio.fail_after(patient(2)):
+        await raw.aclose()
+    await asyncio.sleep(0)
+    left = _running_since(before)
+    assert not left, f"CON-003: tasks running after aclose(), a persist cancelled before: {left}"
+
+
 @req("CON-003")
 @pytest.mark.stm_capability("rolling_summary")
 async def test_aclose_cancels_background_work(stm_provider, scripted_summarizer):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -199,6 +200,10 @@ async def test_turn_ids_follow_a_replacement(fake_memories: MemoryFactory) -> No
     early = json.loads(json.dumps(memory.to_dict()))
     memory.from_dict({**early, "turns": early["turns"][:2]})  # back to u0 and u1
     assert not await memory.turn_recorded("id5")  # the replaced history's ids are gone
+    # The ids of the turns it holds stay, given as add_turn's keyword too: stored with
+    # the turn, not only beside it. A retry of u1 is not stored twice.
+    assert await memory.turn_recorded("id1")
+    await memory.add_turn(turn(1), turn_id="id1")
     await memory.add_turn(turn(5), turn_id="id5")  # so it is recorded again, not dropped
     await memory.add_turn(turn(100), turn_id="id100")
     assert await memory.turn_recorded("id100")  # newest kept, whatever its seq
@@ -253,13 +258,16 @@ async def test_clear_moves_the_fencing_counter_on(
 
 
 @pytest.mark.parametrize("field", ["rev", "fence", "epoch"])
+@pytest.mark.parametrize("value", ["x", "007", "1" * 20, "1.5", ""])
 async def test_a_corrupt_counter_is_a_typed_error_and_nothing_is_written(
-    fake_memories: MemoryFactory, fake_server: Any, field: str
+    fake_memories: MemoryFactory, fake_server: Any, field: str, value: str
 ) -> None:
+    """Also one that only ``HINCRBY`` would refuse (a leading zero, past 64 bits): checked
+    first, it does not fail the script midway, after its first writes."""
     memory = fake_memories(config(full_zone_turns=1), summarizer=ScriptedSummarizer())
     await memory.add_turn(turn(0))
     client = _raw(fake_server)
-    await client.hset(memory.redis_key, field, "x")
+    await client.hset(memory.redis_key, field, value)
     doc = await client.hget(memory.redis_key, "doc")
     with pytest.raises(RedisMemoryError) as caught:
         await memory.add_turn(turn(1), turn_id="t1")
@@ -270,6 +278,52 @@ async def test_a_corrupt_counter_is_a_typed_error_and_nothing_is_written(
     with pytest.raises(RedisMemoryError, match="corrupt"):
         await other.get_llm_context()
     await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "error"),
+    [
+        ("ttl_s", math.inf, ValueError),
+        ("ttl_s", math.nan, ValueError),
+        ("ttl_s", 0.0004, ValueError),  # 0 ms: no expiry at all
+        ("ttl_s", True, TypeError),
+        ("ttl_s", "60", TypeError),
+        ("lease_ttl_s", math.inf, ValueError),
+        ("lease_ttl_s", 0, ValueError),
+        ("poll_interval_s", math.nan, ValueError),
+        ("poll_interval_s", -1.0, ValueError),
+        ("max_attempts", 2.5, TypeError),
+        ("max_attempts", 0, ValueError),
+        ("turn_ids_kept", 1.5, TypeError),
+        ("turn_ids_kept", True, TypeError),
+    ],
+)
+async def test_options_redis_would_refuse_midway_are_refused_at_once(
+    fake_server: Any, option: str, value: Any, error: type[Exception]
+) -> None:
+    """Each option ends up in a script's arguments: one Redis refuses would fail the
+    script after its first writes (``turn_ids_kept=1.5`` stored turns whose ``add_turn``
+    reported nothing written). The store checks its ``ttl_s`` alike."""
+    with pytest.raises(error, match=option):
+        RedisShortTermMemory(
+            fakeredis.FakeAsyncRedis(server=fake_server),
+            config=config("truncation"),
+            key=MemoryKey("t", "u", "s"),
+            **{option: value},
+        )
+    if option == "ttl_s":
+        with pytest.raises(error, match=option):
+            RedisStateStore(fakeredis.FakeAsyncRedis(server=fake_server), ttl_s=value)
+    for fine in (0.001, 3600.0, 7) if option.endswith("_s") else (1, 3):
+        memory = RedisShortTermMemory(
+            fakeredis.FakeAsyncRedis(server=fake_server),
+            config=config("truncation"),
+            key=MemoryKey("t", "u", "s"),
+            owns_client=True,
+            **{option: fine},
+        )
+        await memory.add_turn(turn(0))
+        await memory.aclose()
 
 
 async def test_the_turn_id_keyword_is_checked_like_a_turns_id(
@@ -303,8 +357,20 @@ async def test_a_wrong_type_under_the_turn_ids_is_a_typed_error(
         ("1", b"\xff\xfe"),
         ("1", "{not json"),
         ("1", '{"revision": 5}'),
+        ("01", '{"revision": 1}'),
+        (" 1", '{"revision": 1}'),
+        ("1_0", '{"revision": 10}'),
     ],
-    ids=["no revision", "revision not a number", "not UTF-8", "not JSON", "revisions disagree"],
+    ids=[
+        "no revision",
+        "revision not a number",
+        "not UTF-8",
+        "not JSON",
+        "revisions disagree",
+        "leading zero",
+        "leading space",
+        "underscore",
+    ],
 )
 async def test_the_state_store_reports_a_corrupt_record(
     fake_server: Any, rev: str | None, state: str | bytes
@@ -320,7 +386,7 @@ async def test_the_state_store_reports_a_corrupt_record(
     assert caught.value.key == "k"
     # A conditional save refuses it too, and leaves it as it is (as the SQLite store does).
     before = await client.hgetall("corrupt:k")
-    expected = None if rev is None else 1
+    expected = None if rev is None else int(rev) if rev.strip().isdigit() else 1
     with pytest.raises(CorruptStateError):
         await store.save_memory_state_if("k", {"revision": 2}, expected_revision=expected)
     assert await client.hgetall("corrupt:k") == before
@@ -1026,3 +1092,57 @@ async def test_a_call_begun_before_a_from_dict_never_reaches_the_summarizer(
     assert replaced
     assert calls == [["u0"]]
     assert memory.to_dict()["summary"] == "u0"
+
+
+async def test_a_from_dict_redis_refuses_leaves_the_call_in_flight_its_summary(
+    fake_memories: MemoryFactory,
+) -> None:
+    """A ``from_dict`` whose write Redis refuses (out of memory, a dropped connection)
+    replaced nothing: the call in flight still belongs to the state, and its summary is
+    installed, not dropped with its turns sent to a second successful call (WM-004)."""
+    summarizer = ScriptedSummarizer()
+    memory = fake_memories(config(full_zone_turns=1), summarizer=summarizer)
+    await memory.add_turn(turn(0))
+    loaded = memory.to_dict()
+    summarizer.hold()
+    await memory.add_turn(turn(1))  # u0 evicted: its call is held
+    await summarizer.wait_for_calls(1)
+
+    def refused(**_: Any) -> Any:
+        raise redis_errors.ResponseError("OOM command not allowed when used memory > 'maxmemory'")
+
+    memory._sync_commit = refused  # type: ignore[assignment]
+    with pytest.raises(RedisMemoryError, match="OOM"):
+        memory.from_dict(loaded)
+    summarizer.release()
+    await asyncio.wait_for(memory.flush(), 5)
+    sent = [users(call["turns"]) for call in summarizer.calls]
+    assert sent == [["u0"]], f"the call in flight was dropped and its turns sent again: {sent}"
+    context = await memory.get_llm_context()
+    assert context["conversation_memory"]["summary"] == summarizer.outputs[0]
+
+
+async def test_a_state_not_utf8_is_a_typed_error_with_a_decoding_client(fake_server: Any) -> None:
+    """A client made with ``decode_responses=True`` decodes replies itself: a stored state
+    that is not UTF-8 fails there, and is reported as with any other client."""
+    client = fakeredis.FakeAsyncRedis(server=fake_server, decode_responses=True)
+    memory = RedisShortTermMemory(
+        client, config=config("truncation"), key=MemoryKey("t", "u", "s"), owns_client=True
+    )
+    await memory.add_turn(turn(0))
+    assert _recent(await memory.get_llm_context()) == ["u0"]  # it works with such a client
+    raw = _raw(fake_server)
+    await raw.hset(memory.redis_key, "doc", b"\xff\xfe")
+    reader = RedisShortTermMemory(
+        fakeredis.FakeAsyncRedis(server=fake_server, decode_responses=True),
+        config=config("truncation"),
+        key=MemoryKey("t", "u", "s"),
+        owns_client=True,
+    )
+    with pytest.raises(RedisMemoryError, match="corrupt"):
+        await reader.get_llm_context()
+    with pytest.raises(RedisMemoryError, match="corrupt"):
+        await reader.add_turn(turn(1))
+    await reader.aclose()
+    await memory.aclose()
+    await raw.aclose()

@@ -1,0 +1,74 @@
+"""Saves that run to their end whatever happens to their callers (``reference_impl.saves``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from reference_impl.saves import Saves
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_cancelled_caller_stops_waiting_and_wait_sees_the_save_end() -> None:
+    saves, done = Saves(), asyncio.Event()
+
+    async def save() -> None:
+        await asyncio.sleep(0.05)
+        done.set()
+
+    caller = asyncio.ensure_future(saves.run(save()))
+    await asyncio.sleep(0.01)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert not done.is_set()  # the save runs on
+    await saves.wait()
+    assert done.is_set()
+    await saves.wait()  # nothing left: returns at once
+
+
+async def test_a_failure_nobody_waits_for_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    saves = Saves()
+
+    async def save() -> None:
+        await asyncio.sleep(0.02)
+        raise OSError("disk full")
+
+    caller = asyncio.ensure_future(saves.run(save()))
+    await asyncio.sleep(0.005)
+    caller.cancel()
+    with caplog.at_level(logging.WARNING, logger="reference_impl.memory"):
+        await saves.wait()
+        await asyncio.sleep(0)  # done callbacks run on the next turn of the loop
+    assert "a save whose caller was cancelled failed: OSError('disk full')" in caplog.text
+
+
+async def test_a_failure_its_caller_sees_is_raised_to_it() -> None:
+    async def save() -> None:
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        await Saves().run(save())
+
+
+async def test_wait_cancelled_cancels_the_saves() -> None:
+    saves = Saves()
+    started = asyncio.Event()
+
+    async def save() -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    caller = asyncio.ensure_future(saves.run(save()))
+    await started.wait()
+    caller.cancel()
+    waiting = asyncio.ensure_future(saves.wait())
+    await asyncio.sleep(0.01)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await asyncio.sleep(0)
+    assert not [t for t in asyncio.all_tasks() if "save" in repr(t.get_coro())]
