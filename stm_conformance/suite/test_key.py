@@ -251,47 +251,30 @@ async def test_hydrate_refuses_state_saved_under_another_key(make_memory, stm_pr
 @req("KEY-007")
 @cap("persistence")
 @pytest.mark.stm_capability("truncation")
-async def test_hydrate_refuses_another_keys_state_persisted_under_its_storage_key(
-    make_memory, stm_provider, stm_store
+@pytest.mark.parametrize("writer", ["persist", "another_writer"])
+async def test_hydrate_refuses_another_keys_state_under_its_storage_key(
+    make_memory, stm_provider, stm_store, writer
 ):
-    """A mis-routed persist: A's memory saved under B's storage key, so the record is where
-    B looks and was saved there. Only the key the state records tells that it is A's."""
+    """A's state where B looks: saved there by a mis-routed ``persist`` (so the record names
+    B's storage key), or put there by another writer, a migration or a copy of A's
+    ``to_dict()`` (so it names none, as PenguiFlow's version 1 records do not). Only the
+    key the state records tells that it is A's."""
     cfg = config("truncation", full_zone_turns=3)
     key_a, key_b = MemoryKey("t", "u", "a"), MemoryKey("t", "u", "b")
     a = await make_memory(cfg, key=key_a)
     await a.add_turn(turn(4, pad=6))
     where_b = stm_provider.key_for_storage(key_b)
-    await a.persist(stm_store, where_b)
+    if writer == "persist":
+        await a.persist(stm_store, where_b)
+    else:
+        await stm_store.save_memory_state(where_b, json_state(a))
     b = await make_memory(cfg, key=key_b)
     before = await memory_view(b)
     await b.hydrate(stm_store, where_b)
     after = await memory_view(b)
     assert _marker_free(after, "u4xxxxxx") and after == before, (
-        "KEY-007: hydrate loaded another key's state persisted under this memory's storage key"
-    )
-
-
-@req("KEY-007")
-@cap("persistence")
-@pytest.mark.stm_capability("truncation")
-async def test_hydrate_refuses_another_keys_state_stored_by_another_writer(
-    make_memory, stm_provider, stm_store
-):
-    """A's ``to_dict()`` put under B's storage key by a writer other than ``persist`` (a
-    migration, a copy by hand): the record names no storage key, as PenguiFlow's version 1
-    records do not, but it records A's key, which is not B's."""
-    cfg = config("truncation", full_zone_turns=3)
-    key_a, key_b = MemoryKey("t", "u", "a"), MemoryKey("t", "u", "b")
-    a = await make_memory(cfg, key=key_a)
-    await a.add_turn(turn(6, pad=6))
-    where_b = stm_provider.key_for_storage(key_b)
-    await stm_store.save_memory_state(where_b, json_state(a))
-    b = await make_memory(cfg, key=key_b)
-    before = await memory_view(b)
-    await b.hydrate(stm_store, where_b)
-    after = await memory_view(b)
-    assert _marker_free(after, "u6xxxxxx") and after == before, (
-        "KEY-007: hydrate loaded a record of another key's state that names no storage key"
+        f"KEY-007: hydrate loaded another key's state put under this memory's storage key "
+        f"by {'a persist' if writer == 'persist' else 'another writer, naming no storage key'}"
     )
 
 

@@ -235,6 +235,19 @@ V2_DIGEST_FIELDS = ("tools_invoked", "observations_summary")
 V2_KEY_FIELDS = ("tenant_id", "user_id", "session_id")
 
 
+def _assert_refused(memory: Any, state: Any, what: str, why: str = "") -> None:
+    """``from_dict`` of ``state`` (a state ``what``) raises ``ValueError``, nothing else."""
+    try:
+        memory.from_dict(state)
+    except ValueError:
+        return
+    except Exception as exc:
+        raise AssertionError(
+            f"SER-003: from_dict of a state {what} raised {type(exc).__name__}, not ValueError"
+        ) from exc
+    raise AssertionError(f"SER-003: from_dict accepted a state {what}{why}")
+
+
 def _without_required_fields(valid: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """``(where, copy of valid without the field there)`` for each field ``valid`` cannot do
     without: those of ``TURN_FIELDS`` in the first turn record (a mapping holding both) of
@@ -326,16 +339,7 @@ async def test_malformed_input_raises_value_error_and_changes_nothing(
     # malformed, not a turn with an empty answer.
     for where, data in _without_required_fields(valid):
         await anyio.lowlevel.checkpoint()
-        try:
-            memory.from_dict(data)
-        except ValueError:
-            continue
-        except Exception as exc:
-            raise AssertionError(
-                f"SER-003: from_dict of a state without {where} raised "
-                f"{type(exc).__name__}, not ValueError"
-            ) from exc
-        raise AssertionError(f"SER-003: from_dict accepted a state without {where}")
+        _assert_refused(memory, data, f"without {where}")
     assert await _observe(memory) == before, "a refused from_dict changed the memory"
     assert state_text(memory) == before_state, "a refused from_dict changed to_dict()"
 
@@ -452,19 +456,7 @@ async def test_a_state_its_format_cannot_hold_is_refused(make_memory, scripted_s
         assert held >= 2, f"check setup: the state holds {held} turns, not the 5 added"
     for what, state in _malformed_variants(valid).items():
         await anyio.lowlevel.checkpoint()
-        try:
-            memory.from_dict(state)
-        except ValueError:
-            pass
-        except Exception as exc:
-            raise AssertionError(
-                f"SER-003: from_dict of a state with {what} raised {type(exc).__name__}, "
-                "not ValueError"
-            ) from exc
-        else:
-            raise AssertionError(
-                f"SER-003: from_dict accepted a state with {what}; its format cannot hold it"
-            )
+        _assert_refused(memory, state, f"with {what}", "; its format cannot hold it")
         assert await _observe(memory) == before, f"SER-003: refusing {what} changed the memory"
         assert state_text(memory) == before_state, f"SER-003: refusing {what} changed to_dict()"
     try:
