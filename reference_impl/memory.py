@@ -457,7 +457,9 @@ async def call_summarizer(
     # (or when the caller is cancelled) instead of holding the caller forever (WM-008).
     try:
         call = asyncio.ensure_future(summarizer(payload))
-    except Exception as exc:  # raised at once, or returned something not awaitable
+    except _PROCESS_EXITS:
+        raise
+    except BaseException as exc:  # raised at once, or returned something not awaitable
         return None, f"summarizer raised {type(exc).__name__}: {exc}"
     try:
         done, _ = await asyncio.wait({call}, timeout=timeout_s)
@@ -470,9 +472,9 @@ async def call_summarizer(
     try:
         response = call.result()
         summary = response.get("summary") if isinstance(response, Mapping) else None
-    except asyncio.CancelledError:
-        return None, "summarizer raised CancelledError"
-    except Exception as exc:
+    except _PROCESS_EXITS:
+        raise
+    except BaseException as exc:  # CancelledError and any other: a failed call (HLT-007)
         return None, f"summarizer raised {type(exc).__name__}: {exc}"
     if not isinstance(response, Mapping):
         return None, f"summarizer returned {type(response).__name__}, not a mapping"
@@ -483,6 +485,9 @@ async def call_summarizer(
         return None, f"summarizer output 'summary': {problem}"
     return summary, None
 
+
+#: What a summarizer may raise that is not its failure but the process ending: passed on.
+_PROCESS_EXITS = (KeyboardInterrupt, SystemExit)
 
 #: How long an abandoned summarizer call may take to honour its cancellation before its
 #: coroutine is closed (else the event loop's shutdown would wait for it forever).

@@ -25,9 +25,18 @@ __all__ = ["CallbackError", "FailureMode", "RecordingCallbacks", "ScriptedSummar
 #: (a summary of ``oversize_chars`` characters), ``attribute`` (an object that is no mapping
 #: but has a valid ``summary`` attribute, like an LLM client's response object), ``cancel``
 #: (raises ``CancelledError`` itself, as a client library may when its own request is
-#: cancelled) or ``hang`` (never returns).
+#: cancelled), ``base_exception`` (raises a ``BaseException`` that is no ``Exception``, as
+#: some client libraries' aborts are) or ``hang`` (never returns).
 FailureMode = Literal[
-    "raise", "not_mapping", "no_summary", "non_string", "oversize", "attribute", "cancel", "hang"
+    "raise",
+    "not_mapping",
+    "no_summary",
+    "non_string",
+    "oversize",
+    "attribute",
+    "cancel",
+    "base_exception",
+    "hang",
 ]
 _MODES: frozenset[str] = frozenset(get_args(FailureMode))
 
@@ -242,6 +251,8 @@ class ScriptedSummarizer:
             return SimpleNamespace(summary=self.summary_for(payload))
         if mode == "cancel":
             raise asyncio.CancelledError("scripted summarizer cancelled itself")
+        if mode == "base_exception":
+            raise _Aborted("scripted summarizer aborted")
         started = time.monotonic()
         self._hang_starts.append(started)
         try:
@@ -249,6 +260,10 @@ class ScriptedSummarizer:
         finally:
             self._hang_starts.remove(started)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+class _Aborted(BaseException):
+    """What the ``base_exception`` mode raises: no ``Exception``, still a failed call."""
 
 
 class CallbackError(RuntimeError):

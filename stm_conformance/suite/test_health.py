@@ -27,7 +27,8 @@ req = pytest.mark.stm_requirement
 scenario = pytest.mark.stm_scenario
 
 INVALID_MODES = [
-    "raise", "not_mapping", "no_summary", "non_string", "oversize", "attribute", "hang",
+    "raise", "not_mapping", "no_summary", "non_string", "oversize", "attribute",
+    "base_exception", "hang",
 ]  # fmt: skip
 
 
