@@ -88,6 +88,8 @@ class DefaultShortTermMemory:
         self._changed = asyncio.Event()
         self._closed = False
         self._saves = Saves()
+        #: Summarizer calls given up on that have not ended yet (``aclose`` waits for them).
+        self._abandoned: set[asyncio.Task[Any]] = set()
         self._on_turn = CallbackQueue("on_turn_added", config.on_turn_added)
         self._on_summary = CallbackQueue("on_summary_updated", config.on_summary_updated)
         self._on_health = CallbackQueue("on_health_changed", config.on_health_changed)
@@ -200,6 +202,7 @@ class DefaultShortTermMemory:
         if worker is not None and not worker.done():
             worker.cancel()
             await asyncio.gather(worker, return_exceptions=True)
+        await wait_abandoned(self._abandoned)
         for queue in (self._on_turn, self._on_summary, self._on_health):
             await queue.aclose()
         self._notify()
@@ -409,7 +412,9 @@ class DefaultShortTermMemory:
     async def _call(self, batch: watermark.Batch) -> tuple[str | None, str | None]:
         """Run one summarizer call; returns ``(summary, None)`` or ``(None, reason)``."""
         assert self._summarizer is not None
-        return await call_summarizer(self._summarizer, batch, self._config.summarizer_timeout_s)
+        return await call_summarizer(
+            self._summarizer, batch, self._config.summarizer_timeout_s, self._abandoned
+        )
 
     def _reject_summary(
         self, state: MemoryState, batch: watermark.Batch, summary: str
@@ -444,11 +449,15 @@ def unless_replaced(summarizer: SummarizerFn, current: Callable[[], object]) -> 
 
 
 async def call_summarizer(
-    summarizer: SummarizerFn, batch: watermark.Batch, timeout_s: float | None
+    summarizer: SummarizerFn,
+    batch: watermark.Batch,
+    timeout_s: float | None,
+    abandoned: set[asyncio.Task[Any]] | None = None,
 ) -> tuple[str | None, str | None]:
     """One summarizer call for ``batch``: ``(summary, None)``, or ``(None, reason)`` for any
     failure (HLT-007): an exception, a timeout (WM-008), output without a string summary.
-    Cancellation of the calling task itself propagates."""
+    Cancellation of the calling task itself propagates. A call given up on (timed out, or
+    its caller cancelled) is cancelled and kept in ``abandoned`` until it ends."""
     payload = {
         "previous_summary": batch.previous_summary,
         "turns": [e.fresh() for e in batch.entries],
@@ -464,10 +473,10 @@ async def call_summarizer(
     try:
         done, _ = await asyncio.wait({call}, timeout=timeout_s)
     except asyncio.CancelledError:
-        _abandon(call)
+        _abandon(call, abandoned)
         raise
     if not done:
-        _abandon(call)
+        _abandon(call, abandoned)
         return None, f"summarizer timed out after {timeout_s}s"
     try:
         response = call.result()
@@ -494,12 +503,24 @@ _PROCESS_EXITS = (KeyboardInterrupt, SystemExit)
 ABANDON_GRACE_S = 1.0
 
 
-def _abandon(call: asyncio.Future[Any]) -> None:
-    """Cancel a summarizer call and stop waiting for it; whatever it does later is ignored."""
+def _abandon(call: asyncio.Future[Any], abandoned: set[asyncio.Task[Any]] | None) -> None:
+    """Cancel a summarizer call and stop waiting for it; whatever it does later is ignored.
+    Its task stays in ``abandoned`` until it ends (at most ``ABANDON_GRACE_S`` from now)."""
     call.cancel()
     call.add_done_callback(_ignore_outcome)
     if isinstance(call, asyncio.Task):
         call.get_loop().call_later(ABANDON_GRACE_S, _close_if_running, call)
+        if abandoned is not None and not call.done():
+            abandoned.add(call)
+            call.add_done_callback(abandoned.discard)
+
+
+async def wait_abandoned(abandoned: set[asyncio.Task[Any]]) -> None:
+    """Wait for abandoned summarizer calls to end: a call that honours its cancellation
+    ends when its own cleanup does, one that ignores it is closed ``ABANDON_GRACE_S`` after
+    it was abandoned (CON-003: no call of a closed memory runs on)."""
+    if abandoned:
+        await asyncio.wait(set(abandoned), timeout=ABANDON_GRACE_S + 0.05)
 
 
 def _close_if_running(call: asyncio.Task[Any]) -> None:

@@ -45,7 +45,7 @@ from reference_impl.callbacks import CallbackQueue
 from reference_impl.entries import Entry, MemoryState, render_view
 from reference_impl.health import HealthMachine, Transition
 from reference_impl.inputs import check_turn, check_turn_id
-from reference_impl.memory import call_summarizer, saved_for, unless_replaced
+from reference_impl.memory import call_summarizer, saved_for, unless_replaced, wait_abandoned
 from reference_impl.saves import Saves
 
 from . import scripts, state_json
@@ -256,6 +256,8 @@ class RedisShortTermMemory:
         self._changed = asyncio.Event()
         self._closed = False
         self._saves = Saves()
+        #: Summarizer calls given up on that have not ended yet (``aclose`` waits for them).
+        self._abandoned: set[asyncio.Task[Any]] = set()
         self._on_turn = CallbackQueue("on_turn_added", config.on_turn_added)
         self._on_summary = CallbackQueue("on_summary_updated", config.on_summary_updated)
         self._on_health = CallbackQueue("on_health_changed", config.on_health_changed)
@@ -421,6 +423,7 @@ class RedisShortTermMemory:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await wait_abandoned(self._abandoned)
         for queue in (self._on_turn, self._on_summary, self._on_health):
             await queue.aclose()
         await self._release_handoff()
@@ -1324,7 +1327,9 @@ class RedisShortTermMemory:
     async def _call(self, batch: watermark.Batch) -> tuple[str | None, str | None]:
         """Run one summarizer call; returns ``(summary, None)`` or ``(None, reason)``."""
         assert self._summarizer is not None
-        return await call_summarizer(self._summarizer, batch, self._config.summarizer_timeout_s)
+        return await call_summarizer(
+            self._summarizer, batch, self._config.summarizer_timeout_s, self._abandoned
+        )
 
 
 def _dropped_since(latest: MemoryState, batch: watermark.Batch) -> int:

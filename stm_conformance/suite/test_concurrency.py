@@ -231,6 +231,40 @@ async def test_aclose_cancels_background_work(stm_provider, scripted_summarizer)
 
 @req("CON-003")
 @pytest.mark.stm_capability("rolling_summary")
+async def test_aclose_waits_for_a_call_that_cleans_up_when_cancelled(stm_provider):
+    """A summarizer that honours its cancellation may still await its cleanup (closing a
+    connection): ``aclose()`` returns once that is over, not while the call runs on."""
+    before = set(asyncio.all_tasks())
+    started, cleaned = asyncio.Event(), []
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        finally:
+            await asyncio.sleep(0.2)
+            cleaned.append(True)
+        return {"summary": "never reached"}  # pragma: no cover
+
+    cfg = config(full_zone_turns=1)
+    raw = await stm_provider.create(cfg, MemoryKey("t", "u", "cleanup"), summarizer)
+    if not hasattr(raw, "aclose"):
+        pytest.skip("backend has no aclose()")
+    memory = CheckedMemory(raw, cfg, None)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))  # u0 evicted: a call starts
+    with anyio.fail_after(patient(2)):
+        await started.wait()
+        await raw.aclose()
+    left = _running_since(before)
+    assert not left and cleaned, (
+        f"CON-003: aclose() returned while the cancelled summarizer call still ran its "
+        f"cleanup: {left}"
+    )
+
+
+@req("CON-003")
+@pytest.mark.stm_capability("rolling_summary")
 @pytest.mark.parametrize("health", ["retry", "degraded"])
 async def test_aclose_cancels_a_worker_waiting_to_retry(stm_provider, health):
     """Background work is not only a call in flight: a memory closed while it waits out a
