@@ -27,9 +27,10 @@ class CallbackQueue:
         self._callback = callback
         self._events: deque[tuple[Any, ...]] = deque()
         self._task: asyncio.Task[None] | None = None
+        self._closed = False
 
     def emit(self, *args: Any) -> None:
-        if self._callback is None:
+        if self._callback is None or self._closed:
             return
         self._events.append(args)
         if self._task is None or self._task.done():
@@ -54,10 +55,14 @@ class CallbackQueue:
                 logger.warning("%s callback raised; ignored", self._name, exc_info=True)
 
     async def aclose(self) -> None:
-        """Drop undelivered events and stop the worker; a callback that ignores its
-        cancellation is abandoned after :data:`CLOSE_GRACE_S` (CON-003)."""
+        """Drop undelivered events, deliver no more, and stop the worker; a callback that
+        ignores its cancellation is abandoned after :data:`CLOSE_GRACE_S` (CON-003). From
+        inside the queue's own callback, the worker ends when that callback returns."""
+        self._closed = True
         self._events.clear()
         task, self._task = self._task, None
+        if task is asyncio.current_task():
+            return  # closed from inside its own callback: it ends when the callback returns
         if task is not None and not task.done():
             task.cancel()
             await asyncio.wait({task}, timeout=CLOSE_GRACE_S)
