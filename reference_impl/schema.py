@@ -453,6 +453,18 @@ def _check_strategy(model: MemoryStateV2, entries: dict[str, list[Entry]]) -> No
         )
 
 
+def _check_failures(model: MemoryStateV2) -> None:
+    """A memory counts failed calls from the first failure to the next success: HEALTHY
+    counts none, RETRY at least one. Loaded otherwise, a HEALTHY memory's first failure
+    would count as its last retry and skip RETRY (HLT-002)."""
+    if model.health == "healthy" and model.failures:
+        raise ValueError(
+            f"invalid memory state: a healthy memory counts no failed calls, not {model.failures}"
+        )
+    if model.health == "retry" and not model.failures:
+        raise ValueError("invalid memory state: a memory in retry counts its failed calls (0)")
+
+
 def _load_steps(
     data: Any, config: ShortTermMemoryConfig, budget: Budget, key: MemoryKey | None
 ) -> Steps:
@@ -468,6 +480,7 @@ def _load_steps(
         )
     _check_order(model, entries)
     _check_strategy(model, entries)
+    _check_failures(model)
     if model.key is not None:
         stored = MemoryKey(**model.key.model_dump())
         if key is not None and stored != key:

@@ -410,6 +410,8 @@ def _malformed_variants(valid: dict[str, Any]) -> dict[str, dict[str, Any]]:
     # not number the turns in the order the state holds them (SER-003).
     for field in ("failures", "dropped_turns", "revision", "summarized_through", "next_seq"):
         found[f"{field} = -1"] = edited(lambda s, f=field: s.__setitem__(f, -1))
+    if valid["health"] == "healthy":
+        found["failed calls counted while HEALTHY"] = edited(lambda s: s.__setitem__("failures", 2))
     ordered = [(n, i) for n in ("backlog", "pending", "turns") for i in range(len(valid[n]))]
     seqs = [valid[n][i]["seq"] for n, i in ordered]
     (first, i0), (second, i1) = ordered[0], ordered[1]

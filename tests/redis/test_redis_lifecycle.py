@@ -1075,7 +1075,7 @@ async def test_a_call_begun_before_a_from_dict_never_reaches_the_summarizer(
     real = stm_memory.call_summarizer
     replaced: list[bool] = []
 
-    async def replacing_first(summarizer: Any, batch: Any, timeout_s: Any) -> Any:
+    async def replacing_first(summarizer: Any, batch: Any, *args: Any) -> Any:
         def invoked(payload: Any) -> Any:
             call = summarizer(payload)  # the call is made; its task has not started
             if not replaced:
@@ -1083,7 +1083,7 @@ async def test_a_call_begun_before_a_from_dict_never_reaches_the_summarizer(
                 memory.from_dict(memory.to_dict())
             return call
 
-        return await real(invoked, batch, timeout_s)
+        return await real(invoked, batch, *args)
 
     monkeypatch.setattr(stm_memory, "call_summarizer", replacing_first)
     await memory.add_turn(turn(0))
