@@ -64,6 +64,8 @@ class DefaultShortTermMemory:
             raise TypeError("config must be a ShortTermMemoryConfig")
         if config.strategy == "rolling_summary" and summarizer is None:
             raise ValueError("rolling_summary requires a summarizer callable")
+        if summarizer is not None and not callable(summarizer):
+            raise TypeError(f"summarizer must be callable, not {type(summarizer).__name__}")
         if key is not None and not isinstance(key, MemoryKey):
             raise TypeError("key must be a MemoryKey")
         self._config = config
@@ -260,8 +262,10 @@ class DefaultShortTermMemory:
         """Save through ``store.save_memory_state`` (SER-005) with the next revision (SER-006).
 
         A store with ``save_memory_state_if`` gets a conditional write expecting the
-        revision this memory last loaded or saved; a stale write raises the store's error
-        and leaves the revision unchanged. The state is ``to_dict()``'s, except that a turn
+        revision this memory last hydrated or saved; a stale write raises the store's error
+        and leaves the revision unchanged. A state given to ``from_dict`` comes from no
+        store, so the next persist expects no record: to go on from a stored record, use
+        ``hydrate``. The state is ``to_dict()``'s, except that a turn
         the last persist gave the store is given as the same dict: a store reads the state,
         never changes it.
         """

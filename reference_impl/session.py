@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
-from .inputs import check_turn_id
+from .inputs import check_turn, check_turn_id
 from .keys import resolve_memory_key
 from .memory import DefaultShortTermMemory
 from .store import StaleStateError, StateStore
@@ -336,6 +336,8 @@ class MemoryTurn:
         recorded once.
 
         Raises:
+            TypeError: text or a digest ``add_turn`` would refuse; nothing is recorded and
+                the turn stays open, for a corrected ``finish``.
             RuntimeError: outside the block, or after ``finish``/``pause``.
             PersistConflictError: the save stayed stale after every retry; the turn is
                 kept in memory and saved with the key's next persist.
@@ -352,9 +354,6 @@ class MemoryTurn:
         digest = trajectory
         if tools is not None:
             digest = build_trajectory_digest(tools, observations, reasoning)
-        self._status = "finished"  # before any await: a second finish must fail
-        if self._slot is None:
-            return None
         if not self._router.config.include_trajectory_digest:
             digest = None
         turn = ConversationTurn(
@@ -364,6 +363,10 @@ class MemoryTurn:
             ts=time.time(),
             turn_id=secrets.token_hex(16) if turn_id is None else turn_id,
         )
+        check_turn(turn)  # refused here, the turn stays open for a corrected finish
+        self._status = "finished"  # before any await: a second finish must fail
+        if self._slot is None:
+            return None
         await self._router._record(self._slot, turn, repeatable=turn_id is not None)
         return turn
 
@@ -553,6 +556,8 @@ class MemoryRouter:
 
         Raises what a save raises (:class:`PersistConflictError`, store errors).
         """
+        if key is not None and not isinstance(key, MemoryKey):
+            raise TypeError(f"key must be a MemoryKey or None, not {type(key).__name__}")
         if key is not None:
             slot = self._slots.get(key.composite())
             slots = [] if slot is None else [slot]

@@ -9,6 +9,7 @@ Validation is stricter where the original let bad input through (see ``docs/spec
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -230,12 +231,23 @@ class ShortTermMemoryConfig:
                 self.summarizer_model.encode("utf-8")
             except UnicodeEncodeError:
                 raise ValueError("summarizer_model is not valid Unicode text") from None
-        # Written so that NaN, which compares false with everything, is refused too.
         for name in ("retry_backoff_base_s", "degraded_retry_interval_s"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be >= 0")
-        if self.summarizer_timeout_s is not None and not self.summarizer_timeout_s > 0:
-            raise ValueError("summarizer_timeout_s must be > 0 or None")
+            _check_seconds(name, getattr(self, name), zero=True)
+        if self.summarizer_timeout_s is not None:  # None, not inf, disables it
+            _check_seconds("summarizer_timeout_s", self.summarizer_timeout_s, zero=False)
+        if self.token_estimator is not None and not callable(self.token_estimator):
+            raise TypeError("token_estimator must be callable or None")
+
+
+def _check_seconds(name: str, value: object, *, zero: bool) -> None:
+    """A finite number of seconds (not a bool), at least 0 or above it: an infinite backoff
+    or interval would leave a failed memory waiting for good, ``flush()`` with it."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    # Written so that NaN, which compares false with everything, is refused too.
+    if not (value >= 0 if zero else value > 0) or not math.isfinite(value):
+        bound = ">= 0" if zero else "> 0"
+        raise ValueError(f"{name} must be finite and {bound}, not {value!r}")
 
 
 def canonical_json(value: Any) -> str:

@@ -182,6 +182,8 @@ class RedisShortTermMemory:
             raise TypeError("key must be a MemoryKey")
         if config.strategy == "rolling_summary" and summarizer is None:
             raise ValueError("rolling_summary requires a summarizer callable")
+        if summarizer is not None and not callable(summarizer):
+            raise TypeError(f"summarizer must be callable, not {type(summarizer).__name__}")
         if ttl_s is not None:
             check_ms("ttl_s", ttl_s)
         check_ms("lease_ttl_s", lease_ttl_s)

@@ -58,6 +58,11 @@ def test_unencodable_or_non_string_parts_are_rejected() -> None:
         ("degraded_retry_interval_s", math.nan),
         ("summarizer_timeout_s", 0.0),
         ("summarizer_timeout_s", math.nan),
+        # Infinite: a failed memory would wait for good, and flush() with it (None, not
+        # inf, is "no timeout").
+        ("retry_backoff_base_s", math.inf),
+        ("degraded_retry_interval_s", math.inf),
+        ("summarizer_timeout_s", math.inf),
     ],
 )
 def test_impossible_timings_are_refused(name: str, value: float) -> None:
@@ -65,6 +70,24 @@ def test_impossible_timings_are_refused(name: str, value: float) -> None:
     with pytest.raises(ValueError, match=name):
         ShortTermMemoryConfig(**{name: value})  # type: ignore[arg-type]
     ShortTermMemoryConfig(**{name: 0.5})  # type: ignore[arg-type]  # a good value passes
+    ShortTermMemoryConfig(**{name: 2})  # type: ignore[arg-type]  # an int of seconds too
+
+
+@pytest.mark.parametrize(
+    "name", ["retry_backoff_base_s", "degraded_retry_interval_s", "summarizer_timeout_s"]
+)
+@pytest.mark.parametrize("value", [True, "5", None])
+def test_a_time_of_another_type_is_refused(name: str, value: object) -> None:
+    if value is None and name == "summarizer_timeout_s":
+        assert ShortTermMemoryConfig(summarizer_timeout_s=None).summarizer_timeout_s is None
+        return  # documented: no timeout
+    with pytest.raises(TypeError, match=name):
+        ShortTermMemoryConfig(**{name: value})  # type: ignore[arg-type]
+
+
+def test_a_token_estimator_that_cannot_be_called_is_refused() -> None:
+    with pytest.raises(TypeError, match="token_estimator"):
+        ShortTermMemoryConfig(token_estimator="cl100k_base")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -297,3 +297,16 @@ def test_memory_can_be_built_and_loaded_outside_an_event_loop() -> None:
     memory = DefaultShortTermMemory(config=rolling(), summarizer=blocked_summarizer)
     memory.from_dict(memory.to_dict())
     assert memory.estimate_tokens() > 0
+
+
+@pytest.mark.parametrize(
+    ("summarizer", "error"),
+    [(None, ValueError), ("gpt-4o-mini", TypeError), (42, TypeError)],
+    ids=["missing", "a-model-name", "a-number"],
+)
+def test_a_summarizer_that_cannot_be_called_is_refused_at_construction(
+    summarizer: Any, error: type[Exception]
+) -> None:
+    """Not left to show as RETRY at the first eviction."""
+    with pytest.raises(error, match="summarizer"):
+        DefaultShortTermMemory(config=rolling(), summarizer=summarizer)

@@ -247,6 +247,21 @@ async def test_finish_twice_or_outside_the_block_fails() -> None:
     await router.aclose()
 
 
+async def test_a_finish_add_turn_would_refuse_leaves_the_turn_open() -> None:
+    """Refused text records nothing and does not spend the turn: a corrected ``finish``
+    records it."""
+    router = _router()
+    async with router.turn(tool_context=_ctx("t")) as turn:
+        with pytest.raises(TypeError, match="surrogate"):
+            await turn.finish("bad \ud800 text", "a")
+        assert turn.status == "open"
+        await turn.finish("fixed text", "a")
+    assert router.stats.turns_recorded == 1
+    with pytest.raises(TypeError, match="MemoryKey"):
+        await router.flush("t:u-1:s-1")  # type: ignore[arg-type]
+    await router.aclose()
+
+
 # -- llm_context merge -------------------------------------------------------------------
 
 
