@@ -130,6 +130,22 @@ class Part(tuple[int, int, Callable[[], Iterable[str]], Callable[[], Measured]])
         return tuple.__new__(cls, (count, size, fragments, last))
 
 
+def _counting(estimator: TokenEstimator) -> TokenEstimator:
+    """``estimator``, refusing what is no count of tokens: a NaN or a negative count, which
+    every budget comparison would misjudge (NaN fits nothing and exceeds nothing)."""
+
+    def count(text: str) -> int:
+        tokens = estimator(text)
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+            raise TypeError(
+                f"token_estimator returned {tokens!r} for a text of {len(text)} characters; "
+                "a count of tokens is an int >= 0"
+            )
+        return tokens
+
+    return count
+
+
 @dataclass(frozen=True, slots=True)
 class TokenMeter:
     """Counts the tokens of a view from its parts, fast where the estimator allows."""
@@ -146,7 +162,8 @@ class TokenMeter:
             return cls(default_token_estimator, LengthBasedEstimator(4).from_length)
         if isinstance(estimator, LengthBasedEstimator):
             return cls(estimator, estimator.from_length)
-        return cls(estimator, None, bool(getattr(estimator, "additive_at_word_starts", False)))
+        additive = bool(getattr(estimator, "additive_at_word_starts", False))
+        return cls(_counting(estimator), None, additive)
 
     def text_size(self, text: str) -> int:
         """Size of a summary: 0 for ``""``, else the estimator's count."""

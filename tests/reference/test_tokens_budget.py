@@ -7,6 +7,7 @@ budgets, policies, estimators and windows, and checks the budget invariants afte
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from reference_impl import (
 from reference_impl.budget import Budget
 from reference_impl.entries import Entry, MemoryState
 from reference_impl.health import HealthMachine
+from reference_impl.tokens import TokenMeter
 
 Estimator = Callable[[str], int]
 POLICIES = ["truncate_oldest", "truncate_summary", "error"]
@@ -851,3 +853,17 @@ def _check_bulk_hide(sizes: list[int], limit: int, visible_from: int) -> None:
     budget._hide_pending(state)
     assert state.visible_from == one_by_one.visible_from
     assert state.visible_size == sum(e.size for e in state.visible_pending)
+
+
+@pytest.mark.parametrize("bad", [math.nan, -1, 2.5, True, "3", None])
+def test_an_estimate_that_is_no_count_of_tokens_is_refused(bad: object) -> None:
+    """NaN fits nothing and exceeds nothing: a budget judged with it would evict every
+    turn without a word. What is no int >= 0 is a TypeError naming the estimator."""
+
+    def estimator(text: str) -> Any:
+        return bad if len(text) > 10 else 1
+
+    meter = TokenMeter.for_estimator(estimator)
+    assert meter.text_size("short") == 1
+    with pytest.raises(TypeError, match="token_estimator returned"):
+        meter.text_size("a longer text")
