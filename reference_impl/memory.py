@@ -130,6 +130,9 @@ class DefaultShortTermMemory:
                 the memory is unchanged (BUD-006).
             TypeError: ``turn`` is malformed; the memory is unchanged.
             RuntimeError: the memory was closed.
+
+        What the configured ``token_estimator`` raises measuring the view passes on; the
+        turn is then stored (its callback runs) and the budget enforced at the next turn.
         """
         if self._closed:
             raise RuntimeError("add_turn on a closed memory")
@@ -151,11 +154,14 @@ class DefaultShortTermMemory:
                 f"turn would take the memory over total_max_tokens={budget.total_max_tokens}"
             )
         watermark.admit(state, entry, config)
-        self._budget.enforce(state)
-        self._changes += 1
-        self._on_turn.emit(turn)
-        if strategy == "rolling_summary":
-            self._wake()
+        try:
+            self._budget.enforce(state)
+        finally:
+            # Stored even when the estimator failed on the view: reported as stored.
+            self._changes += 1
+            self._on_turn.emit(turn)
+            if strategy == "rolling_summary":
+                self._wake()
 
     async def get_llm_context(self) -> Mapping[str, Any]:
         """The patch to merge into ``llm_context``: ``{"conversation_memory": {...}}``."""
@@ -394,7 +400,10 @@ class DefaultShortTermMemory:
                 if change[1] is MemoryHealth.DEGRADED and change[0] is not MemoryHealth.RECOVERING:
                     watermark.degrade(state, self._config)
                 self._transition(change)
-            self._budget.settle(state)
+            try:
+                self._budget.settle(state)
+            except Exception:  # the estimator, on the view: trimmed at the next turn
+                logger.exception("token_estimator raised bringing the view within budget")
             self._notify()
             # Yield even when nothing above did: a summarizer that fails before its first
             # await, with no wait before the next attempt, must not hold the loop.

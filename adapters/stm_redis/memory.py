@@ -1254,7 +1254,10 @@ class RedisShortTermMemory:
                 change = latest.health.on_failure(now)
                 if change[1] is MemoryHealth.DEGRADED and change[0] is not MemoryHealth.RECOVERING:
                     watermark.degrade(latest, self._config)
-            self._budget.settle(latest)
+            try:
+                self._budget.settle(latest)
+            except Exception:  # the estimator, on the view: trimmed at the next turn
+                logger.exception("token_estimator raised bringing the view within budget")
             return reason, old, change
 
         return finish
