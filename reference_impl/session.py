@@ -172,10 +172,14 @@ def build_trajectory_digest(
     """
     if isinstance(tools, str) or not all(isinstance(t, str) for t in tools):
         raise TypeError("tools must be a sequence of str")
+    if isinstance(observations, str | bytes):  # one observation, not one per character
+        raise TypeError("observations must be a sequence, one per tool, not a str")
     if len(observations) > len(tools):
         raise ValueError("more observations than tools")
     if reasoning is not None and not isinstance(reasoning, str):
         raise TypeError("reasoning must be a str or None")
+    if type(max_observation_chars) is not int:  # NaN would never cut, True would cut to 1
+        raise TypeError("max_observation_chars must be an int")
     if max_observation_chars < 0:
         raise ValueError("max_observation_chars must be >= 0")
     if not tools:

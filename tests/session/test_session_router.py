@@ -318,6 +318,21 @@ def test_build_trajectory_digest_truncates_each_observation() -> None:
         build_trajectory_digest(["a"], [1, 2])
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"observations": "one observation"},  # would be one per character
+        {"max_observation_chars": float("nan")},  # would never cut
+        {"max_observation_chars": True},  # would cut to one character
+        {"max_observation_chars": 2.5},
+    ],
+    ids=["observations-str", "max-nan", "max-bool", "max-float"],
+)
+def test_build_trajectory_digest_refuses_arguments_of_another_kind(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(TypeError):
+        build_trajectory_digest(["search"], **kwargs)
+
+
 async def test_finish_stores_the_digest_in_the_turn() -> None:
     router = _router()
     async with router.turn(tool_context=_ctx("t")) as turn:
