@@ -188,6 +188,15 @@ class CheckedMemory:
                 raise PreconditionError(f"{blocked_on}\n{stack}")
         try:
             await task  # slow for another reason: the check's own limits apply
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the check itself is being cancelled
+            # The memory cancelled work of its own that add_turn awaited: raised on, it
+            # would end the check as cancelled and close the test runner's loop with it.
+            raise AssertionError(
+                "add_turn() raised CancelledError though nothing cancelled its caller"
+            ) from None
         except Exception as exc:
             if tracker is not None:
                 tracker.rejected()

@@ -35,7 +35,9 @@ class DuckTypedMemory(DefaultShortTermMemory):
 
             return reply()
 
-        return await call_summarizer(read, batch, self._config.summarizer_timeout_s)
+        return await call_summarizer(
+            read, batch, self._config.summarizer_timeout_s, self._abandoned
+        )
 
 
 provider = mutant_provider("hlt007-attribute-summary-accepted", DuckTypedMemory)

@@ -35,7 +35,9 @@ class LenientReplyMemory(DefaultShortTermMemory):
 
             return reply()
 
-        return await call_summarizer(read, batch, self._config.summarizer_timeout_s)
+        return await call_summarizer(
+            read, batch, self._config.summarizer_timeout_s, self._abandoned
+        )
 
 
 provider = mutant_provider("hlt007-missing-summary-reads-empty", LenientReplyMemory)

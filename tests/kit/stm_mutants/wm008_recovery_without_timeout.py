@@ -21,7 +21,7 @@ class UntimedRecoveryMemory(DefaultShortTermMemory):
     async def _call(self, batch: watermark.Batch) -> tuple[str | None, str | None]:
         assert self._summarizer is not None
         timeout = None if batch.recovering else self._config.summarizer_timeout_s  # MUTATION
-        return await call_summarizer(self._summarizer, batch, timeout)
+        return await call_summarizer(self._summarizer, batch, timeout, self._abandoned)
 
 
 provider = mutant_provider("wm008-recovery-without-timeout", UntimedRecoveryMemory)

@@ -21,7 +21,8 @@ class UntimedRetryMemory(DefaultShortTermMemory):
     async def _call(self, batch: watermark.Batch) -> tuple[str | None, str | None]:
         if self._state.health.state is MemoryHealth.RETRY:
             assert self._summarizer is not None
-            return await call_summarizer(self._summarizer, batch, None)  # MUTATION: no timeout
+            # MUTATION: no timeout
+            return await call_summarizer(self._summarizer, batch, None, self._abandoned)
         return await super()._call(batch)
 
 

@@ -39,7 +39,9 @@ class WaitForMemory(DefaultShortTermMemory):
             if task is not None and task.cancelling():
                 raise
             return None, "summarizer raised CancelledError"
-        except Exception as exc:
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:
             return None, f"summarizer raised {exc!r}"
         if not isinstance(response, Mapping):
             return None, "not a mapping"
