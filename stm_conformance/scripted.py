@@ -20,7 +20,8 @@ from ._patience import patient
 
 __all__ = ["CallbackError", "FailureMode", "RecordingCallbacks", "ScriptedSummarizer"]
 
-#: How a scripted call fails: ``raise`` (``RuntimeError``), ``not_mapping`` (returns a list),
+#: How a scripted call fails: ``raise`` (``RuntimeError``), ``string`` (the summary text alone,
+#: not in a mapping), ``not_mapping`` (returns a list),
 #: ``no_summary`` (``{"text": ...}``), ``non_string`` (``{"summary": 123}``), ``oversize``
 #: (a summary of ``oversize_chars`` characters), ``attribute`` (an object that is no mapping
 #: but has a valid ``summary`` attribute, like an LLM client's response object), ``cancel``
@@ -29,6 +30,7 @@ __all__ = ["CallbackError", "FailureMode", "RecordingCallbacks", "ScriptedSummar
 #: some client libraries' aborts are) or ``hang`` (never returns).
 FailureMode = Literal[
     "raise",
+    "string",
     "not_mapping",
     "no_summary",
     "non_string",
@@ -239,6 +241,8 @@ class ScriptedSummarizer:
     async def _fail(self, mode: FailureMode, payload: Any) -> Any:
         if mode == "raise":
             raise RuntimeError("scripted summarizer failure")
+        if mode == "string":
+            return self.summary_for(payload)  # the text alone, not {"summary": text}
         if mode == "not_mapping":
             return ["not", "a", "mapping"]
         if mode == "no_summary":
@@ -275,13 +279,17 @@ class RecordingCallbacks:
     """Callbacks for ``ShortTermMemoryConfig`` that record what they receive.
 
     Each callback records first, then sleeps ``delay_s`` (if any), then raises
-    ``RuntimeError`` when ``raise_errors`` is true.
+    :class:`CallbackError` when ``raise_errors`` is true, or ``CancelledError`` of its own
+    (nothing cancelled it) when ``raise_cancelled`` is.
     """
 
-    def __init__(self, *, delay_s: float = 0.0, raise_errors: bool = False) -> None:
+    def __init__(
+        self, *, delay_s: float = 0.0, raise_errors: bool = False, raise_cancelled: bool = False
+    ) -> None:
         """Create callbacks that record, optionally slowly and optionally raising."""
         self.delay_s = delay_s
         self.raise_errors = raise_errors
+        self.raise_cancelled = raise_cancelled
         #: Turns passed to ``on_turn_added``, as received.
         self.turns: list[Any] = []
         #: ``(old, new)`` of each ``on_summary_updated``.
@@ -365,6 +373,8 @@ class RecordingCallbacks:
                 self.running -= 1
         if self.raise_errors:
             raise CallbackError(f"recording callback {name} raised on purpose")
+        if self.raise_cancelled:  # as a client library may when its own request is cancelled
+            raise asyncio.CancelledError(f"recording callback {name} raised CancelledError")
 
 
 def _check_mode(mode: str) -> None:

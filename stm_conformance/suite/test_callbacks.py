@@ -13,6 +13,7 @@ from stm_conformance.checks import (
     EITHER_STRATEGY,
     config,
     eventually,
+    json_state,
     memory_view,
     returns_within,
     turn,
@@ -24,9 +25,19 @@ req = pytest.mark.stm_requirement
 
 
 @req("CB-001")
-@pytest.mark.parametrize("strategy", EITHER_STRATEGY)
-async def test_turn_added_once_per_turn_in_order(make_memory, recording_callbacks, strategy):
-    cfg = config(strategy, full_zone_turns=2, **recording_callbacks.config_kwargs())
+@pytest.mark.parametrize(
+    ("strategy", "window"),
+    [
+        pytest.param("truncation", 2, marks=pytest.mark.stm_capability("truncation")),
+        pytest.param("rolling_summary", 2, marks=pytest.mark.stm_capability("rolling_summary")),
+        # Every turn evicted the moment it is added: straight to pending, still a turn added.
+        pytest.param("rolling_summary", 0, marks=pytest.mark.stm_capability("rolling_summary")),
+    ],
+)
+async def test_turn_added_once_per_turn_in_order(
+    make_memory, recording_callbacks, strategy, window
+):
+    cfg = config(strategy, full_zone_turns=window, **recording_callbacks.config_kwargs())
     memory = await make_memory(cfg)
     for i in range(5):
         await memory.add_turn(turn(i))
@@ -76,6 +87,63 @@ async def test_no_turn_callback_under_strategy_none(make_memory, recording_callb
         f"CB-001: on_turn_added ran {len(recording_callbacks.turns)} time(s) under strategy "
         "none, which stores no turn (STR-001)"
     )
+
+
+@req("CB-001")
+@pytest.mark.stm_capability("serialization")
+@pytest.mark.parametrize("strategy", EITHER_STRATEGY)
+async def test_a_turn_added_just_before_a_load_is_reported(
+    make_memory, recording_callbacks, strategy
+):
+    """A turn added, then a ``from_dict`` before the loop turns: the turn was added, and
+    its ``on_turn_added`` runs even though the state it went into was replaced."""
+    cfg = config(strategy, full_zone_turns=2, **recording_callbacks.config_kwargs())
+    memory = await make_memory(cfg)
+    backend = memory._stm_memory  # its own add_turn: the kit's would let the loop turn
+    state = json_state(memory)
+    await backend.add_turn(turn(0))
+    memory.from_dict(state)
+    try:
+        await recording_callbacks.wait_for("turns", 1, timeout=2)
+    except TimeoutError:
+        raise AssertionError(
+            "CB-001: u0 was added, then the state replaced by from_dict before the loop "
+            "turned: its on_turn_added never ran"
+        ) from None
+
+
+@req("CB-002")
+@pytest.mark.stm_capability("rolling_summary")
+@pytest.mark.stm_capability("serialization")
+async def test_the_first_summary_after_a_load_reports_the_loaded_one_as_old(
+    make_memory, recording_callbacks
+):
+    """``old`` is the summary the new one replaces: after a load, the loaded summary, not
+    the last one this memory reported."""
+    key = MemoryKey("t", "u", "loaded-summary")
+    source = await make_memory(config(full_zone_turns=1), key=key, summarizer=ScriptedSummarizer())
+    for i in range(3):
+        await source.add_turn(turn(i))
+    await source.flush()
+    loaded = (await memory_view(source))["summary"]
+    summarizer = ScriptedSummarizer()
+    cfg = config(full_zone_turns=1, **recording_callbacks.config_kwargs())
+    memory = await make_memory(cfg, key=key, summarizer=summarizer)
+    await memory.add_turn(turn(10))
+    await memory.add_turn(turn(11))
+    await memory.flush()  # a summary of its own first: u10
+    await recording_callbacks.wait_for("summaries", 1)
+    memory.from_dict(json_state(source))
+    await memory.add_turn(turn(12))
+    await memory.flush()
+    await recording_callbacks.wait_for("summaries", 2)
+    await recording_callbacks.settle()
+    old, new = recording_callbacks.summaries[-1]
+    assert old == loaded, (
+        f"CB-002: the first summary after loading a state whose summary is {loaded!r} "
+        f"reported old={old!r}"
+    )
+    assert new == (await memory_view(memory))["summary"]
 
 
 @req("CB-002")
@@ -236,9 +304,15 @@ async def test_health_changes_queued_behind_a_slow_callback_keep_their_order(
 
 @req("CB-003")
 @pytest.mark.stm_capability("rolling_summary")
-@pytest.mark.stm_capability("serialization")
+@pytest.mark.parametrize(
+    "via",
+    [
+        pytest.param("from_dict", marks=pytest.mark.stm_capability("serialization")),
+        pytest.param("hydrate", marks=pytest.mark.stm_capability("persistence")),
+    ],
+)
 async def test_a_load_is_not_a_health_transition(
-    make_memory, scripted_summarizer, recording_callbacks
+    make_memory, scripted_summarizer, recording_callbacks, stm_provider, stm_store, via
 ):
     """``from_dict`` of a DEGRADED state into a HEALTHY memory changes what ``health``
     reads, but no transition happened: the state degraded where it was written, and was
@@ -254,9 +328,14 @@ async def test_a_load_is_not_a_health_transition(
         degraded_retry_interval_s=0.05,
         **recording_callbacks.config_kwargs(),
     )
-    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    key = MemoryKey("t", "u", f"loaded-degraded-{via}")
+    memory = await make_memory(cfg, key=key, summarizer=scripted_summarizer)
     try:
-        memory.from_dict(state)
+        if via == "from_dict":
+            memory.from_dict(state)
+        else:  # a v1 record, as PenguiFlow persisted it (SER-004)
+            await stm_store.save_memory_state(stm_provider.key_for_storage(key), state)
+            await memory.hydrate(stm_store, stm_provider.key_for_storage(key))
     except Exception as exc:
         raise AssertionError(f"SER-004: a DEGRADED v1 state did not load: {exc!r}") from exc
     assert memory.health.value == "degraded", (
@@ -272,17 +351,23 @@ async def test_a_load_is_not_a_health_transition(
     await recording_callbacks.wait_for("health", 2)
     await recording_callbacks.settle()
     assert recording_callbacks.health == [("degraded", "recovering"), ("recovering", "healthy")], (
-        "CB-003: a from_dict is not a transition of the summarizer's health: only the "
+        f"CB-003: a {via} is not a transition of the summarizer's health: only the "
         f"recovery after it is reported; on_health_changed got {recording_callbacks.health}"
     )
 
 
 @req("CB-004")
 @pytest.mark.parametrize("strategy", EITHER_STRATEGY)
-async def test_a_raising_callback_loses_no_event_queued_behind_it(make_memory, strategy):
+@pytest.mark.parametrize("raises", ["error", "cancelled"])
+async def test_a_raising_callback_loses_no_event_queued_behind_it(make_memory, strategy, raises):
     """Five turns added with no turn of the event loop between them, so their events queue
-    up behind an ``on_turn_added`` that raises: every one is still delivered, in order."""
-    raising = RecordingCallbacks(raise_errors=True)
+    up behind an ``on_turn_added`` that raises (an error, or a ``CancelledError`` of its
+    own, nothing having cancelled it): every one is still delivered, in order."""
+    raising = (
+        RecordingCallbacks(raise_errors=True)
+        if raises == "error"
+        else RecordingCallbacks(raise_cancelled=True)
+    )
     cfg = config(strategy, full_zone_turns=2, **raising.config_kwargs())
     memory = await make_memory(cfg)
     backend = memory._stm_memory  # its own add_turn: the kit's would let the loop turn

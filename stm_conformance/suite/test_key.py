@@ -50,6 +50,9 @@ ADVERSARIAL_KEYS = {
     # "u:x\\" + ":" + "s" once both separators are escaped.
     "backslash-escape-twin": (("t", "u\\", "x:s"), ("t", "u:x\\", "s")),
     "trailing-backslash": (("t\\", "u", "s"), ("t", "\\u", "s")),
+    # Control characters taken for "never in an id" and used as separators, unescaped.
+    "unit-separator": (("t\x1fu", "v", "s"), ("t", "u\x1fv", "s")),
+    "record-separator": (("t", "u\x1ev", "s"), ("t", "u", "v\x1es")),
 }
 
 
@@ -333,8 +336,22 @@ def test_explicit_key_wins(stm_provider):
 @cap("key_resolution")
 @pytest.mark.parametrize(
     "parts",
-    [("t1", "u1", ""), ("t1", "u1", "  "), ("t1", "u1", "\t"), ("", "", "s1"), ("", " ", "")],
-    ids=["empty-session", "blank-session", "tab-session", "empty-tenant-user", "all-blank"],
+    [
+        ("t1", "u1", ""),
+        ("t1", "u1", "  "),
+        ("t1", "u1", "\t"),
+        ("", "", "s1"),
+        ("", " ", ""),
+        ("default", "anonymous", "s1"),  # the defaults' values, given: not placeholders
+    ],
+    ids=[
+        "empty-session",
+        "blank-session",
+        "tab-session",
+        "empty-tenant-user",
+        "all-blank",
+        "default-values",
+    ],
 )
 @pytest.mark.parametrize("require_explicit_key", [False, True])
 def test_explicit_key_with_blank_parts_wins(stm_provider, parts, require_explicit_key):

@@ -525,6 +525,24 @@ async def test_round_trip_keeps_a_failing_health(make_memory, health):
     clone_summarizer.release()
 
 
+@scenario("text:non_ascii")
+@req("SER-002")
+@cap("truncation")
+async def test_round_trip_keeps_turn_text_verbatim(make_memory):
+    """Line ends of every kind (``\r\n``, a lone ``\r``, U+2028), tabs and surrounding
+    spaces are the turn's text: ``from_dict(to_dict())`` shows them as they were."""
+    texts = ["line\r\nnext", "old mac\rline", " padded\t", "sep\u2028arated\u2029"]
+    cfg, key = config("truncation", full_zone_turns=len(texts)), MemoryKey("t", "u", "text")
+    memory = await make_memory(cfg, key=key)
+    for i, text in enumerate(texts):
+        await memory.add_turn(ConversationTurn(user_message=text, assistant_response=f"a{i}"))
+    clone = await make_memory(cfg, key=key)
+    clone.from_dict(json_state(memory))
+    shown = [t["user"] for t in (await memory_view(clone))["recent_turns"]]
+    assert shown == texts, f"SER-002: turn text after a round trip: {shown!r}, not {texts!r}"
+    assert await _observe(clone) == await _observe(memory)
+
+
 @scenario("text:non_ascii", "text:astral")
 @req("SER-002")
 @cap("rolling_summary")

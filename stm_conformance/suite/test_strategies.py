@@ -31,8 +31,16 @@ async def test_none_strategy_is_a_no_op(make_memory):
     memory = await make_memory(config("none"))
     for i in range(3):
         await memory.add_turn(turn(i))
-    assert dict(await memory.get_llm_context()) == {}
+    context = await memory.get_llm_context()
+    assert dict(context) == {}
     assert memory.estimate_tokens() == default_token_estimator("{}")
+    # The caller's to change: merged into an llm_context, a view shared between calls (or
+    # memories) would carry one caller's changes into the next view.
+    if isinstance(context, dict):
+        context["conversation_memory"] = {"summary": "the caller's"}
+    assert dict(await memory.get_llm_context()) == {}, (
+        "STR-001: a view changed by its caller changed the next view"
+    )
 
 
 @req("HLT-001")
