@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import uuid
@@ -523,6 +524,29 @@ async def test_round_trip_keeps_a_failing_health(make_memory, health):
     clone.from_dict(state)
     assert await _observe(clone) == expected, f"a {health} memory does not round-trip"
     clone_summarizer.release()
+
+
+@req("STR-004")
+@pytest.mark.parametrize("strategy", EITHER_STRATEGY)
+async def test_turns_loaded_into_a_memory_without_digests_render_without(make_memory, strategy):
+    """A state written with digests, loaded into a memory configured with
+    ``include_trajectory_digest=False``: its turns render as that memory renders any
+    turn, without ``trajectory_digest`` (what the state keeps is not the view's)."""
+    key = MemoryKey("t", "u", "digests")
+    source = await make_memory(config(strategy, full_zone_turns=3), key=key)
+    for i in range(3):
+        await source.add_turn(turn(i, digest=True))
+    assert all("trajectory_digest" in t for t in (await memory_view(source))["recent_turns"]), (
+        "STR-004: turns with digests render with them (precondition)"
+    )
+    cfg = config(strategy, full_zone_turns=3, include_trajectory_digest=False)
+    memory = await make_memory(cfg, key=key)
+    memory.from_dict(json_state(source))
+    shown = (await memory_view(memory))["recent_turns"]
+    assert shown == [{"user": f"u{i}", "assistant": f"a{i}"} for i in range(3)], (
+        f"STR-004: loaded into a memory with include_trajectory_digest=False, the turns "
+        f"render as {shown}"
+    )
 
 
 @scenario("text:non_ascii")
@@ -1081,3 +1105,33 @@ async def test_each_persist_carries_the_next_revision(
         f"SER-006: two more persists {through} with nothing changed wrote revisions {again}, "
         f"not {[written + 1, written + 2]}"
     )
+    # A save the store refused wrote nothing: the next one carries the next revision still.
+    # (What persist raises then, the store's error or one of the backend's, is not this
+    # requirement's.)
+    with contextlib.suppress(Exception):
+        await fresh.persist(_FailingStore(store), storage)
+    after = await persist(fresh)
+    assert after == again[-1] + 1, (
+        f"SER-006: after a save the store refused, a persist {through} wrote revision {after}, "
+        f"not {again[-1] + 1}: the refused save wrote nothing"
+    )
+
+
+class _StoreDown(ConnectionError):
+    """What :class:`_FailingStore` raises."""
+
+
+class _FailingStore:
+    """``store``, down: every save raises (a backend may save through either method)."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    async def save_memory_state(self, key: str, state: Any) -> None:
+        raise _StoreDown("the store is down")
+
+    async def save_memory_state_if(self, key: str, state: Any, **kwargs: Any) -> None:
+        raise _StoreDown("the store is down")
+
+    async def load_memory_state(self, key: str) -> Any:
+        return await self._store.load_memory_state(key)
