@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import anyio
@@ -639,6 +640,46 @@ async def test_flush_does_not_hang_on_a_hung_summarizer(make_memory, scripted_su
     with anyio.fail_after(patient(5)):
         await memory.flush()
     assert memory.health.value == "degraded", "a hung call must count as a failure"
+
+
+@scenario("bound:upper")
+@req("WM-008")
+async def test_a_hung_call_of_many_turns_times_out_like_one_of_one(
+    make_memory, scripted_summarizer
+):
+    """The timeout is the call's, whatever it was sent: a hung call of twenty turns is
+    abandoned after ``summarizer_timeout_s`` as one of one turn is."""
+    timeout = 0.2
+    cfg = config(
+        full_zone_turns=1,
+        retry_attempts=1,
+        retry_backoff_base_s=0.001,
+        summarizer_timeout_s=timeout,
+    )
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_always("hang")
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))  # u0 evicted: the first call, of one turn, hangs
+    await scripted_summarizer.wait_for_calls(1)
+    for i in range(2, 22):
+        await memory.add_turn(turn(i))  # evicted while it hangs: the retry sends them all
+    await scripted_summarizer.wait_for_calls(2, timeout=timeout * 10)
+    sent = len(scripted_summarizer.calls[1]["turns"])
+    assert sent > 1, f"check setup: the retry was sent {sent} turn(s) (precondition)"
+    started = scripted_summarizer.call_times[1]
+
+    def failed() -> bool:  # counted as a failure: DEGRADED, or (HLT-004 aside) a next call
+        return memory.health.value == "degraded" or len(scripted_summarizer.calls) > 2
+
+    limit = timeout + patient(1.0)
+    with anyio.move_on_after(max(0.0, started + limit - time.monotonic())):
+        while not failed():  # noqa: ASYNC110 - polling the memory's health
+            await anyio.sleep(0.005)
+    took = time.monotonic() - started
+    assert failed(), (
+        f"WM-008: a hung call sent {sent} turns had not failed {took:.2f}s after it started; "
+        f"summarizer_timeout_s={timeout} bounds every call"
+    )
 
 
 @req("WM-008")
