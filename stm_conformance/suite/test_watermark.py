@@ -154,6 +154,28 @@ async def test_turns_evicted_during_a_call_stay_pending(make_memory):
 
 
 @req("WM-003")
+async def test_a_turn_equal_to_one_sent_evicted_during_the_call_stays_pending(make_memory):
+    """The same turn added again (a repeated "ok", the same timestamp) while the call for
+    the first runs is another turn: the install removes the turn sent, not its twin."""
+    summarizer = GatedSummarizer()
+    memory = await make_memory(config(full_zone_turns=1), summarizer=summarizer)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))  # u0 evicted: call 1 is sent [u0]
+    await eventually(lambda: len(summarizer.calls) == 1, what="first summarizer call")
+    await memory.add_turn(turn(0))  # u0 again: evicts u1
+    await memory.add_turn(turn(2))  # evicts the second u0 while call 1 runs
+    summarizer.release(0)
+    await eventually(lambda: len(summarizer.calls) == 2, what="second summarizer call")
+    pending = users((await memory_view(memory)).get("pending_turns"))
+    assert pending == ["u1", "u0"], (
+        f"WM-003: call 1 was sent the first u0; its install must leave u1 and the second u0, "
+        f"evicted while it ran, pending: {pending}"
+    )
+    summarizer.release_all()
+    await memory.flush()
+
+
+@req("WM-003")
 async def test_turns_evicted_while_a_summary_is_installed_stay_pending(
     make_memory, scripted_summarizer
 ):
