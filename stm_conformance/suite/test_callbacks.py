@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from importlib import resources
 from typing import Any
@@ -38,9 +39,19 @@ async def test_turn_added_once_per_turn_in_order(
     make_memory, recording_callbacks, strategy, window
 ):
     cfg = config(strategy, full_zone_turns=window, **recording_callbacks.config_kwargs())
-    memory = await make_memory(cfg)
+    summarizer = ScriptedSummarizer()
+    summarizer.hold()  # the turns stay where add_turn put them until the flush
+    memory = await make_memory(cfg, summarizer=summarizer)
     for i in range(5):
         await memory.add_turn(turn(i))
+    view = await memory_view(memory)
+    kept = [t["user"] for t in (*view.get("pending_turns", []), *view["recent_turns"])]
+    if strategy == "rolling_summary" and kept != [f"u{i}" for i in range(5)]:
+        raise AssertionError(
+            f"WM-002: five turns added with full_zone_turns={window} and every call held, "
+            f"and the view keeps {kept} (precondition)"
+        )
+    summarizer.release()
     await memory.flush()
     await recording_callbacks.wait_for("turns", 5)
     await recording_callbacks.settle()
@@ -374,7 +385,16 @@ async def test_a_raising_callback_loses_no_event_queued_behind_it(make_memory, s
     memory = await make_memory(cfg)
     backend = memory._stm_memory  # its own add_turn: the kit's would let the loop turn
     for i in range(5):
-        await backend.add_turn(turn(i))
+        try:
+            await backend.add_turn(turn(i))
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the check itself is cancelled
+            # Raised on, it would end the check as cancelled and the test runner with it.
+            raise AssertionError(
+                "CB-004: the CancelledError a callback raised reached add_turn's caller"
+            ) from None
     try:
         await raising.wait_for("turns", 5)
     except TimeoutError:
