@@ -25,7 +25,9 @@ mutant in the processes that also run the reference's own tests. A mutant that r
 module's function does it for its own memory only (``_util.own_memory_only``); one that
 changes a step of the summarizer worker runs the reference's worker with that step changed
 (``_util.work``), rather than a copy of it; one that changes the health machine gives its
-subclass to ``_util.with_health``.
+subclass to ``_util.with_health``, and one that changes the budget its ``Budget`` subclass
+to ``_util.with_budget``; one that changes a step of a load replaces it for its loads
+only (``_util.own_loads_only``).
 
 A requirement only a backend of shared state has (CON-002: ``shared_state``, which the
 reference does not declare) is broken in the Redis backend instead, run on fakeredis: its

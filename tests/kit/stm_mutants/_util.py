@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 from reference_impl import keys, watermark
@@ -171,3 +171,34 @@ def with_budget(budget_class: type[Budget]) -> type[DefaultShortTermMemory]:
             self._budget = budget_class.for_config(self._config)
 
     return BudgetMemory
+
+
+def own_loads_only(
+    module: Any, name: str, mutated: Callable[..., Any]
+) -> type[DefaultShortTermMemory]:
+    """Replace ``module.name`` by ``mutated`` while the returned class's ``from_dict`` and
+    ``afrom_dict`` run (the loads), for its memories only; see :func:`own_memory_only`."""
+    original = getattr(module, name)
+    active: contextvars.ContextVar[bool] = contextvars.ContextVar(f"loading-{name}", default=False)
+
+    def dispatch(*args: Any, **kwargs: Any) -> Any:
+        return (mutated if active.get() else original)(*args, **kwargs)
+
+    setattr(module, name, dispatch)
+
+    class OwnLoads(DefaultShortTermMemory):
+        def from_dict(self, state: Mapping[str, Any]) -> None:
+            token = active.set(True)
+            try:
+                super().from_dict(state)
+            finally:
+                active.reset(token)
+
+        async def afrom_dict(self, state: Mapping[str, Any]) -> None:
+            token = active.set(True)
+            try:
+                await super().afrom_dict(state)
+            finally:
+                active.reset(token)
+
+    return OwnLoads

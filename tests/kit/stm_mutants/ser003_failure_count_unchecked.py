@@ -8,45 +8,21 @@ failure counts as its last retry and skips RETRY.
 
 from __future__ import annotations
 
-import contextvars
-from collections.abc import Mapping
 from typing import Any
 
 from reference_impl import schema
-from reference_impl.memory import DefaultShortTermMemory
 
 from . import mutant_provider
+from ._util import own_loads_only
 
 BREAKS = "SER-003"
 COLLATERAL: dict[str, str] = {}
 
-_loading = contextvars.ContextVar("ser003-failure-count-unchecked", default=False)
-_check_failures = schema._check_failures
+
+def _unchecked(*args: Any) -> None:
+    pass  # MUTATION: the count is not checked
 
 
-def _dispatch(*args: Any) -> None:
-    if not _loading.get():  # every other memory keeps the reference's check
-        _check_failures(*args)
-    # MUTATION: otherwise the count is not checked
-
-
-schema._check_failures = _dispatch
-
-
-class UncheckedFailuresMemory(DefaultShortTermMemory):
-    def from_dict(self, state: Mapping[str, Any]) -> None:
-        token = _loading.set(True)
-        try:
-            super().from_dict(state)
-        finally:
-            _loading.reset(token)
-
-    async def afrom_dict(self, state: Mapping[str, Any]) -> None:
-        token = _loading.set(True)
-        try:
-            await super().afrom_dict(state)
-        finally:
-            _loading.reset(token)
-
+UncheckedFailuresMemory = own_loads_only(schema, "_check_failures", _unchecked)
 
 provider = mutant_provider("ser003-failure-count-unchecked", UncheckedFailuresMemory)

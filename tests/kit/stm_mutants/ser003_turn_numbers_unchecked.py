@@ -8,45 +8,21 @@ order is the loader's to check, and a state that breaks it is malformed.
 
 from __future__ import annotations
 
-import contextvars
-from collections.abc import Mapping
 from typing import Any
 
 from reference_impl import schema
-from reference_impl.memory import DefaultShortTermMemory
 
 from . import mutant_provider
+from ._util import own_loads_only
 
 BREAKS = "SER-003"
 COLLATERAL: dict[str, str] = {}
 
-_loading = contextvars.ContextVar("ser003-turn-numbers-unchecked", default=False)
-_check_order = schema._check_order
+
+def _unchecked(*args: Any) -> None:
+    pass  # MUTATION: the order is not checked
 
 
-def _dispatch(*args: Any) -> None:
-    if not _loading.get():  # every other memory keeps the reference's check
-        _check_order(*args)
-    # MUTATION: otherwise the order is not checked
-
-
-schema._check_order = _dispatch
-
-
-class UncheckedMemory(DefaultShortTermMemory):
-    def from_dict(self, state: Mapping[str, Any]) -> None:
-        token = _loading.set(True)
-        try:
-            super().from_dict(state)
-        finally:
-            _loading.reset(token)
-
-    async def afrom_dict(self, state: Mapping[str, Any]) -> None:
-        token = _loading.set(True)
-        try:
-            await super().afrom_dict(state)
-        finally:
-            _loading.reset(token)
-
+UncheckedMemory = own_loads_only(schema, "_check_order", _unchecked)
 
 provider = mutant_provider("ser003-turn-numbers-unchecked", UncheckedMemory)
