@@ -25,6 +25,7 @@ from support import (
 from reference_impl import (
     ConversationTurn,
     DefaultShortTermMemory,
+    MemoryBudget,
     MemoryHealth,
     ShortTermMemoryConfig,
 )
@@ -274,3 +275,46 @@ async def test_aclose_leaves_a_callback_that_ignores_cancellation_behind() -> No
     for task in asyncio.all_tasks():  # the test's own loop must end: close what was left
         if task.get_name().startswith("stm-callback"):
             task.get_coro().close()
+
+
+@pytest.mark.anyio
+async def test_aclose_from_inside_a_callback_closes_everything() -> None:
+    """An application closing the memory from ``on_turn_added`` (a goodbye turn): that
+    ``aclose()`` returns, the other callback queues are closed too, and nothing is
+    delivered after it (the queue used to cancel its own worker, and aclose with it)."""
+    memory: DefaultShortTermMemory | None = None
+    closed = asyncio.Event()
+    summaries: list[str] = []
+
+    async def on_turn_added(turn: ConversationTurn) -> None:
+        if turn.user_message == "bye":
+            assert memory is not None
+            await memory.aclose()
+            closed.set()
+
+    async def on_summary_updated(old: str, new: str) -> None:
+        await asyncio.sleep(0.1)  # a slow observer, still delivering when the memory closes
+        summaries.append(new)
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        return {"summary": " ".join(t["user"] for t in payload["turns"])}
+
+    config = ShortTermMemoryConfig(
+        strategy="rolling_summary",
+        budget=MemoryBudget(full_zone_turns=1),
+        on_turn_added=on_turn_added,
+        on_summary_updated=on_summary_updated,
+    )
+    before = set(asyncio.all_tasks())
+    memory = DefaultShortTermMemory(config=config, summarizer=summarizer)
+    for user in ("a", "b", "c", "d"):
+        await memory.add_turn(ConversationTurn(user, "x"))
+        await asyncio.sleep(0)
+    await memory.add_turn(ConversationTurn("bye", "x"))
+    await asyncio.wait_for(closed.wait(), 2)
+    await asyncio.sleep(0.05)
+    left = {t for t in asyncio.all_tasks() - before if not t.done()} - {asyncio.current_task()}
+    assert not left, f"tasks running after aclose() from a callback: {left}"
+    delivered = len(summaries)
+    await asyncio.sleep(0.3)
+    assert len(summaries) == delivered, "a callback ran after aclose() returned"
