@@ -49,13 +49,9 @@ def key_resolving_provider(name: str, **replaced: Callable[..., Any]) -> Provide
     return dataclasses.replace(reference_provider, name=f"mutant-{name}", resolve_key=resolve)
 
 
-def own_memory_only(
-    module: Any, name: str, mutated: Callable[..., Any]
-) -> type[DefaultShortTermMemory]:
-    """Replace ``module.name`` by ``mutated`` for the memories of the returned class only:
-    while their ``add_turn`` runs, and in the summarizer worker it starts (a task inherits
-    the context). The meta-tests import every mutant in the processes that also run the
-    reference's own tests, where every other memory must get the reference's function."""
+def _switch(module: Any, name: str, mutated: Callable[..., Any]) -> contextvars.ContextVar[bool]:
+    """Replace ``module.name`` by a function calling ``mutated`` while the returned context
+    variable is true, the original otherwise."""
     original = getattr(module, name)
     active: contextvars.ContextVar[bool] = contextvars.ContextVar(f"mutated-{name}", default=False)
 
@@ -63,6 +59,17 @@ def own_memory_only(
         return (mutated if active.get() else original)(*args, **kwargs)
 
     setattr(module, name, dispatch)
+    return active
+
+
+def own_memory_only(
+    module: Any, name: str, mutated: Callable[..., Any]
+) -> type[DefaultShortTermMemory]:
+    """Replace ``module.name`` by ``mutated`` for the memories of the returned class only:
+    while their ``add_turn`` runs, and in the summarizer worker it starts (a task inherits
+    the context). The meta-tests import every mutant in the processes that also run the
+    reference's own tests, where every other memory must get the reference's function."""
+    active = _switch(module, name, mutated)
 
     class OwnMemory(DefaultShortTermMemory):
         async def add_turn(self, turn: ConversationTurn) -> None:
@@ -178,13 +185,7 @@ def own_loads_only(
 ) -> type[DefaultShortTermMemory]:
     """Replace ``module.name`` by ``mutated`` while the returned class's ``from_dict`` and
     ``afrom_dict`` run (the loads), for its memories only; see :func:`own_memory_only`."""
-    original = getattr(module, name)
-    active: contextvars.ContextVar[bool] = contextvars.ContextVar(f"loading-{name}", default=False)
-
-    def dispatch(*args: Any, **kwargs: Any) -> Any:
-        return (mutated if active.get() else original)(*args, **kwargs)
-
-    setattr(module, name, dispatch)
+    active = _switch(module, name, mutated)
 
     class OwnLoads(DefaultShortTermMemory):
         def from_dict(self, state: Mapping[str, Any]) -> None:
