@@ -604,6 +604,50 @@ async def test_a_state_reloaded_after_two_failures_waits_the_second_backoff(
 
 @scenario("bound:lower")
 @req("HLT-002")
+@pytest.mark.stm_capability("serialization")
+async def test_a_retry_state_loaded_over_one_due_sooner_waits_its_own_backoff(
+    make_memory, scripted_summarizer
+):
+    """A state saved after two failed calls is loaded into a memory in RETRY after one
+    failed call, whose own retry is due ``base`` after that failure: the loaded state waits
+    retry 2's backoff, ``2 * base``, from the load. The replaced state's timer goes with
+    it; that both are RETRY does not make it the loaded state's."""
+    base = 0.3
+    cfg = config(full_zone_turns=1, retry_attempts=50, retry_backoff_base_s=base)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    fresh = json_state(memory)
+    scripted_summarizer.fail_always("raise")
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await scripted_summarizer.wait_for_calls(2)  # the first call and retry 1
+    await anyio.sleep(0.02)  # retry 1's failure recorded; retry 2 is 0.6 s away
+    times = scripted_summarizer.call_times
+    assert len(times) == 2, (
+        f"HLT-002: retry 2 came {times[2] - times[1]:.3f}s after retry 1; its backoff is "
+        f"{2 * base}s"
+    )
+    two_failures = json_state(memory)
+
+    memory.from_dict(fresh)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await scripted_summarizer.wait_for_calls(3)  # fails: retry 1 is due base from now
+    await eventually(
+        lambda: memory.health.value == "retry", what="HLT-002: RETRY after a failure (precondition)"
+    )
+    memory.from_dict(two_failures)
+    loaded = time.monotonic()
+    await scripted_summarizer.wait_for_calls(4)
+    waited = times[3] - loaded
+    assert waited >= 1.5 * base, (
+        f"HLT-002: a state saved after two failed calls, loaded into a memory whose retry "
+        f"1 was due {base}s after its failure, retried {waited:.3f}s after the load; retry "
+        f"2 waits retry_backoff_base_s * 2 = {2 * base}s, timed from the load"
+    )
+
+
+@scenario("bound:lower")
+@req("HLT-002")
 async def test_a_retry_waits_its_backoff_from_the_failure(make_memory):
     """Retry n is due ``base * 2**(n-1)`` after call n *failed*: a call that fails after
     running longer than the backoff is not retried the moment it fails."""

@@ -361,6 +361,56 @@ async def test_a_flush_waiting_when_from_dict_replaces_the_state_returns(make_me
     )
 
 
+@req("WM-007")
+@pytest.mark.stm_capability("serialization")
+async def test_a_flush_waits_for_a_loaded_state_already_past_its_turns(make_memory):
+    """A waiting ``flush()`` sees ``from_dict`` load a state from further along the same
+    conversation: its summary already covers more turns than the flush waited for, and
+    one turn of its own is pending. The flush waits for that turn: what it waited for in
+    the replaced state is no measure of the loaded one."""
+    summarizer = ScriptedSummarizer()
+    summarizer.hold()
+    memory = await make_memory(config(full_zone_turns=1), summarizer=summarizer)
+    for i in range(2):
+        await memory.add_turn(turn(i))
+    await summarizer.wait_for_calls(1)
+    early = json_state(memory)  # u0 pending, nothing summarized
+    summarizer.release()
+    for i in range(2, 4):
+        await memory.add_turn(turn(i))
+    await returns_within(memory.flush(), what="WM-007: flush() with no call held")
+    summarizer.hold()
+    calls = len(summarizer.calls)
+    await memory.add_turn(turn(4))
+    await summarizer.wait_for_calls(calls + 1)
+    later = json_state(memory)  # u0..u2 summarized, u3 pending
+    if users((await memory_view(memory)).get("pending_turns")) != ["u3"]:
+        raise PreconditionError(f"the later state must hold u3 pending alone: {later}")
+    summarizer.release()  # u3's call ends here, not in a later state's way (CON-001)
+    await returns_within(memory.flush(), what="WM-007: flush() with no call held")
+    summarizer.hold()
+
+    memory.from_dict(early)
+    flushing = asyncio.ensure_future(memory.flush())
+    await asyncio.sleep(0.01)
+    if flushing.done():
+        raise PreconditionError("flush() returned while u0's call was held (WM-007)")
+    memory.from_dict(later)
+    await asyncio.sleep(0.05)
+    assert not flushing.done(), (
+        "WM-007: a flush() waiting for u0 returned when from_dict loaded a later state of "
+        "the conversation (its summary past u0), with that state's turn u3 still pending"
+    )
+    summarizer.release()
+    await returns_within(
+        flushing, what="WM-007: a flush() waiting for a loaded state's turn did not return"
+    )
+    view = await memory_view(memory)
+    assert "pending_turns" not in view, (
+        f"WM-007: flush() returned with the loaded state's turns still pending: {view}"
+    )
+
+
 #: Turns of the event loop after a turn is evicted at which the next check reloads the
 #: state: from before the memory's summarizer call starts to after it reaches the
 #: summarizer, for backends that take a few turns (or round trips) to start one.

@@ -13,11 +13,6 @@ from . import mutant_provider
 
 BREAKS = "HLT-002"
 COLLATERAL: dict[str, str] = {}
-GAP = (
-    "the reload checks reload a memory whose retry timer restarts with each load; none "
-    "loads a RETRY state, with its own backoff, into a memory whose running retry is due "
-    "sooner than that backoff from the load"
-)
 
 
 class Memory(DefaultShortTermMemory):

@@ -12,11 +12,6 @@ from . import mutant_provider
 
 BREAKS = "WM-007"
 COLLATERAL: dict[str, str] = {}
-GAP = (
-    "the checks of a flush() waiting across a from_dict load states whose watermark is "
-    "below the turn the flush waited for; none loads one already at or past it, where the"
-    " old target is met at once though the loaded state holds turns pending"
-)
 
 
 class Memory(DefaultShortTermMemory):
