@@ -269,7 +269,9 @@ class DefaultShortTermMemory:
 
         A store with ``save_memory_state_if`` gets a conditional write expecting the
         revision this memory last hydrated or saved; a stale write raises the store's error
-        and leaves the revision unchanged. A state given to ``from_dict`` comes from no
+        and leaves the revision unchanged. Persists of one memory that overlap write one
+        after another, in call order, each expecting the revision the one before it wrote:
+        a memory does not conflict with itself. A state given to ``from_dict`` comes from no
         store, so the next persist expects no record: to go on from a stored record, use
         ``hydrate``. The state is ``to_dict()``'s, except that a turn
         the last persist gave the store is given as the same dict: a store reads the state,
@@ -293,21 +295,25 @@ class DefaultShortTermMemory:
             return None
         memory_state = self._state
         state, self._records = schema.dump_reusing(memory_state, self._config, self._records)
-        current = memory_state.revision
-        if current >= MAX_REVISION:  # stores keep revisions in a signed 64-bit integer
-            raise ValueError(f"revision {current} cannot advance: at most {MAX_REVISION}")
-        state["revision"] = current + 1
         state["storage_key"] = key
         conditional = getattr(store, "save_memory_state_if", None)
 
         async def save() -> None:
-            if conditional is not None:
-                expected = current if memory_state.stored else None
-                await conditional(key, state, expected_revision=expected)
-            else:
-                await store.save_memory_state(key, state)
-            memory_state.revision = current + 1
-            memory_state.stored = True
+            # One save at a time, in call order, the revision read when its turn comes: a
+            # persist made while the last one is still writing expects what that one
+            # wrote, not the revision they both started from (a conflict with itself).
+            async with self._saves.in_order:
+                current = memory_state.revision
+                if current >= MAX_REVISION:  # stores keep revisions in a signed 64-bit integer
+                    raise ValueError(f"revision {current} cannot advance: at most {MAX_REVISION}")
+                state["revision"] = current + 1
+                if conditional is not None:
+                    expected = current if memory_state.stored else None
+                    await conditional(key, state, expected_revision=expected)
+                else:
+                    await store.save_memory_state(key, state)
+                memory_state.revision = current + 1
+                memory_state.stored = True
 
         return save()
 

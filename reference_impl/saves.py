@@ -24,6 +24,9 @@ class Saves:
 
     def __init__(self) -> None:
         self._running: set[asyncio.Task[None]] = set()
+        #: Held by a save from reading the revision it expects to advancing it, so that
+        #: the saves of one memory write one after another, in the order they were made.
+        self.in_order = asyncio.Lock()
 
     async def run(self, save: Coroutine[Any, Any, None]) -> None:
         """Run ``save`` to its end; a cancelled caller stops waiting, not the save."""

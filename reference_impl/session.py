@@ -40,7 +40,13 @@ from .inputs import check_turn, check_turn_id
 from .keys import resolve_memory_key
 from .memory import DefaultShortTermMemory
 from .store import StaleStateError, StateStore
-from .types import ConversationTurn, MemoryKey, ShortTermMemoryConfig, TrajectoryDigest
+from .types import (
+    ConversationTurn,
+    MemoryBudgetExceeded,
+    MemoryKey,
+    ShortTermMemoryConfig,
+    TrajectoryDigest,
+)
 
 __all__ = [
     "DEFAULT_MAX_OBSERVATION_CHARS",
@@ -342,6 +348,8 @@ class MemoryTurn:
         Raises:
             TypeError: text or a digest ``add_turn`` would refuse; nothing is recorded and
                 the turn stays open, for a corrected ``finish``.
+            MemoryBudgetExceeded: ``overflow_policy="error"`` and the turn does not fit;
+                nothing is recorded and the turn stays open likewise.
             RuntimeError: outside the block, or after ``finish``/``pause``.
             PersistConflictError: the save stayed stale after every retry; the turn is
                 kept in memory and saved with the key's next persist.
@@ -371,7 +379,11 @@ class MemoryTurn:
         self._status = "finished"  # before any await: a second finish must fail
         if self._slot is None:
             return None
-        await self._router._record(self._slot, turn, repeatable=turn_id is not None)
+        try:
+            await self._router._record(self._slot, turn, repeatable=turn_id is not None)
+        except MemoryBudgetExceeded:
+            self._status = "open"  # refused whole (BUD-006): nothing was recorded
+            raise
         return turn
 
     def pause(self) -> None:
@@ -496,7 +508,8 @@ class MemoryRouter:
         self._disabled = memory_factory is None and config.strategy == "none"
         self._background = config.strategy == "rolling_summary"
         self._slots: OrderedDict[str, _Slot] = OrderedDict()
-        self._evicting: dict[str, asyncio.Event] = {}
+        #: Slots taken off the list and being retired, with the event set when they are.
+        self._evicting: dict[str, tuple[_Slot, asyncio.Event]] = {}
         self._closed = False
         self.stats = RouterStats()
 
@@ -582,12 +595,14 @@ class MemoryRouter:
         Waits for runs in progress. Every memory is closed even if a save fails; the
         first failure is raised afterwards.
         """
-        for slot in self._slots.values():
+        # Those being retired too: another task's aclose may have taken the caller's slot
+        # off the list, and its retirement waits for the caller's turn to end.
+        for slot in [*self._slots.values(), *(slot for slot, _ in self._evicting.values())]:
             slot.check_not_owner("aclose")
         self._closed = True
         errors: list[BaseException] = []
         while self._slots or self._evicting:
-            for event in list(self._evicting.values()):
+            for _, event in list(self._evicting.values()):
                 await event.wait()
             while self._slots:
                 _, slot = self._slots.popitem(last=False)
@@ -619,8 +634,9 @@ class MemoryRouter:
     async def _checkout(self, key: MemoryKey) -> _Slot:
         """The slot of ``key``, locked and hydrated; loads it and evicts others if needed."""
         composite = key.composite()
-        while (event := self._evicting.get(composite)) is not None:
-            await event.wait()  # its final save must land before we hydrate
+        while (retiring := self._evicting.get(composite)) is not None:
+            retiring[0].check_not_owner("a nested turn")  # it waits for the caller's turn
+            await retiring[1].wait()  # its final save must land before we hydrate
         if self._closed:
             raise RuntimeError("router is closed")
         slot = self._slots.get(composite)
@@ -703,7 +719,8 @@ class MemoryRouter:
         ended, its turns saved or counted lost, its memory closed), even when the eviction
         or ``aclose`` that took it is cancelled while it waits for a turn in progress.
         Until it is, the key is not loaded again and ``aclose`` waits for it."""
-        event = self._evicting[slot.composite] = asyncio.Event()
+        event = asyncio.Event()
+        self._evicting[slot.composite] = (slot, event)
 
         async def retire() -> None:
             try:

@@ -516,31 +516,39 @@ class RedisShortTermMemory:
 
     async def persist(self, store: Any, key: str) -> None:
         """Save the current state through ``store`` with the next revision (SER-005/006);
-        a store with ``save_memory_state_if`` gets a conditional write.
+        a store with ``save_memory_state_if`` gets a conditional write. Persists of one
+        instance that overlap write one after another, in call order, each expecting the
+        revision the one before it wrote.
 
         If Redis fails after the store saved, the error is raised, and the revision the
         store now holds is written to Redis first thing at the next ``persist``.
         """
         if not hasattr(store, "save_memory_state"):
             return
-        if self._unmarked is not None:
-            epoch, revision = self._unmarked
-            await self._commit(_saved_as(revision), epoch=epoch)
-            self._unmarked = None
-        snap = await self._refresh()
-        # As this instance shows it: with the outcomes of its summarizer calls whose writes
-        # are still on their way (a failure that degraded it, say), which the state read
-        # from Redis may not hold yet (SER-005: a hydrate must show the same health).
-        state = self._state()
-        data = schema.dump(state, self._config)
-        current = state.revision
-        data["revision"] = current + 1
-        data["storage_key"] = key
-        conditional = getattr(store, "save_memory_state_if", None)
-        expected = current if state.stored else None
+        await self._saves.run(self._save_in_order(store, key))
 
-        async def save() -> None:
+    async def _save_in_order(self, store: Any, key: str) -> None:
+        # One save of this instance at a time, in call order, the revision read when its
+        # turn comes: a persist made while the last one is still writing expects what that
+        # one wrote, not the revision they both started from (a conflict with itself).
+        async with self._saves.in_order:
+            if self._unmarked is not None:
+                epoch, revision = self._unmarked
+                await self._commit(_saved_as(revision), epoch=epoch)
+                self._unmarked = None
+            snap = await self._refresh()
+            # As this instance shows it: with the outcomes of its summarizer calls whose
+            # writes are still on their way (a failure that degraded it, say), which the
+            # state read from Redis may not hold yet (SER-005: a hydrate must show the same
+            # health).
+            state = self._state()
+            data = schema.dump(state, self._config)
+            current = state.revision
+            data["revision"] = current + 1
+            data["storage_key"] = key
+            conditional = getattr(store, "save_memory_state_if", None)
             if conditional is not None:
+                expected = current if state.stored else None
                 await conditional(key, data, expected_revision=expected)
             else:
                 await store.save_memory_state(key, data)
@@ -549,8 +557,6 @@ class RedisShortTermMemory:
             self._unmarked = (snap.epoch, current + 1)
             await self._commit(_saved_as(current + 1), epoch=snap.epoch)
             self._unmarked = None
-
-        await self._saves.run(save())
 
     async def hydrate(self, store: Any, key: str) -> None:
         """Load through ``store.load_memory_state``; refuse another key's state (KEY-007)."""

@@ -1146,3 +1146,33 @@ async def test_a_state_not_utf8_is_a_typed_error_with_a_decoding_client(fake_ser
     await reader.aclose()
     await memory.aclose()
     await raw.aclose()
+
+
+async def test_overlapping_persists_of_one_instance_write_in_call_order(
+    fake_memories: MemoryFactory,
+) -> None:
+    """One instance, the only writer: a persist made while its last one is still writing
+    is no stale write; each expects the revision the one before it wrote."""
+    inner = InMemoryStateStore()
+
+    class Slow:
+        async def save_memory_state(self, key: str, state: Any) -> None:
+            await inner.save_memory_state(key, state)
+
+        async def save_memory_state_if(
+            self, key: str, state: Any, *, expected_revision: int | None
+        ) -> None:
+            await asyncio.sleep(0.02)
+            await inner.save_memory_state_if(key, state, expected_revision=expected_revision)
+
+    memory = fake_memories(config("truncation", full_zone_turns=5))
+    await memory.add_turn(turn(1))
+    first = asyncio.ensure_future(memory.persist(Slow(), "k"))
+    await asyncio.sleep(0.01)
+    await memory.add_turn(turn(2))
+    second = asyncio.ensure_future(memory.persist(Slow(), "k"))
+    await asyncio.gather(first, second)
+    stored = await inner.load_memory_state("k")
+    assert stored is not None
+    assert [t["user_message"] for t in stored["turns"]] == ["u1", "u2"]
+    assert stored["revision"] == memory.to_dict()["revision"] == 2

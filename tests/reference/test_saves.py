@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import pytest
+from stm_stores import InMemoryStateStore
 
+from reference_impl import ConversationTurn, DefaultShortTermMemory, ShortTermMemoryConfig
 from reference_impl.saves import Saves
 
 pytestmark = pytest.mark.anyio
@@ -72,3 +75,33 @@ async def test_wait_cancelled_cancels_the_saves() -> None:
         await waiting
     await asyncio.sleep(0)
     assert not [t for t in asyncio.all_tasks() if "save" in repr(t.get_coro())]
+
+
+class _SlowStore(InMemoryStateStore):
+    """Conditional saves that take a while, so that a second persist starts before the
+    first has written."""
+
+    async def save_memory_state_if(
+        self, key: str, state: Any, *, expected_revision: int | None
+    ) -> None:
+        await asyncio.sleep(0.02)
+        await super().save_memory_state_if(key, state, expected_revision=expected_revision)
+
+
+async def test_overlapping_persists_of_one_memory_write_in_call_order() -> None:
+    """One memory, the only writer: a persist made while its last one is still writing is
+    no stale write. Each expects the revision the one before it wrote, and the newest
+    state is the one stored."""
+    store = _SlowStore()
+    memory = DefaultShortTermMemory(config=ShortTermMemoryConfig(strategy="truncation"))
+    await memory.add_turn(ConversationTurn("u1", "a1"))
+    first = asyncio.ensure_future(memory.persist(store, "k"))
+    await asyncio.sleep(0)
+    await memory.add_turn(ConversationTurn("u2", "a2"))
+    second = asyncio.ensure_future(memory.persist(store, "k"))
+    await asyncio.gather(first, second)
+    stored = await store.load_memory_state("k")
+    assert stored is not None
+    assert [t["user_message"] for t in stored["turns"]] == ["u1", "u2"]
+    assert stored["revision"] == memory.to_dict()["revision"] == 2
+    await memory.aclose()

@@ -15,6 +15,7 @@ from stm_stores import InMemoryStateStore
 from reference_impl import (
     ConversationTurn,
     MemoryBudget,
+    MemoryBudgetExceeded,
     MemoryIsolation,
     MemoryKey,
     ShortTermMemoryConfig,
@@ -262,6 +263,31 @@ async def test_a_finish_add_turn_would_refuse_leaves_the_turn_open() -> None:
     await router.aclose()
 
 
+async def test_a_finish_the_budget_refuses_leaves_the_turn_open() -> None:
+    """Under ``overflow_policy="error"`` a turn that does not fit is refused whole
+    (BUD-006): nothing is recorded or saved, and a corrected ``finish`` records it."""
+    store = InMemoryStateStore()
+    config = ShortTermMemoryConfig(
+        strategy="truncation",
+        budget=MemoryBudget(
+            full_zone_turns=5, summary_max_tokens=10, total_max_tokens=60, overflow_policy="error"
+        ),
+    )
+    router = _router(store, config=config)
+    async with router.turn(tool_context=_ctx("t")) as turn:
+        with pytest.raises(MemoryBudgetExceeded):
+            await turn.finish("question", "x" * 1000)
+        assert turn.status == "open"
+        assert router.stats.turns_recorded == 0
+        assert await store.load_memory_state("t:u-1:s-1") is None
+        await turn.finish("question", "a short answer")
+        assert turn.status == "finished"
+    stored = await store.load_memory_state("t:u-1:s-1")
+    assert stored is not None
+    assert [t["assistant_response"] for t in stored["turns"]] == ["a short answer"]
+    await router.aclose()
+
+
 # -- llm_context merge -------------------------------------------------------------------
 
 
@@ -427,6 +453,34 @@ async def test_reentering_the_same_key_from_inside_a_turn_fails_fast() -> None:
             await _say(router, "other", tool_context=_ctx("other"))
         await turn.finish("q", "a")
     await router.aclose()
+
+
+async def test_reentering_a_key_another_aclose_is_retiring_fails_fast() -> None:
+    """Another task's ``aclose()`` takes the key off the router's list and waits for the
+    turn in progress to end: from inside that turn, an ``aclose()`` or a nested turn on
+    the key must fail fast too, not wait for the turn it is part of."""
+    router = _router()
+    inside = asyncio.Event()
+    outcomes: list[str] = []
+
+    async def run() -> None:
+        async with router.turn(tool_context=_ctx("t")) as turn:
+            await turn.finish("q", "a")
+            inside.set()
+            await asyncio.sleep(0.01)
+            assert router._evicting, "the other aclose has the key off the list by now"
+            for attempt in (router.aclose, lambda: _say(router, "x", tool_context=_ctx("t"))):
+                try:
+                    await attempt()
+                except RuntimeError as exc:
+                    outcomes.append(str(exc))
+
+    running = asyncio.create_task(run())
+    await inside.wait()
+    with anyio.fail_after(5):
+        await asyncio.gather(running, router.aclose())
+    # The nested turn meets a closed router first; either way, nothing waits on itself.
+    assert outcomes == ["aclose inside a turn on the same key would deadlock", "router is closed"]
 
 
 async def test_flush_saves_the_newest_summary_at_once() -> None:
