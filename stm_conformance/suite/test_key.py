@@ -371,6 +371,13 @@ def test_keys_come_from_tool_context_dotted_paths(stm_provider):
     iso = MemoryIsolation(tenant_key="org.id", user_key="who.id", session_key="conv.id")
     got = resolve(iso, None, {"org": {"id": "acme"}, "who": {"id": "ann"}, "conv": {"id": "c9"}})
     assert got == MemoryKey("acme", "ann", "c9")
+    # A path is steps, not one flat key spelled with dots: "conv.id" beside "conv" is not it.
+    decoys = {"org": {"id": "acme"}, "who": {"id": "ann"}, "conv": {"id": "c9"}}
+    got = resolve(iso, None, {**decoys, "org.id": "x", "who.id": "y", "conv.id": "z"})
+    assert got == MemoryKey("acme", "ann", "c9"), (
+        f"KEY-004: keys spelled like the dotted paths ('conv.id': 'z') beside the nested "
+        f"values the paths lead to resolved {got}"
+    )
     # The spec names attributes too: a request context is often an object, not a mapping.
     objects = {
         "org": SimpleNamespace(id="acme"),

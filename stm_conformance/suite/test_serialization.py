@@ -349,30 +349,44 @@ async def test_malformed_input_raises_value_error_and_changes_nothing(
 @req("SER-003")
 @cap("truncation")
 async def test_a_number_given_as_another_type_is_refused(make_memory):
-    """Every integer the memory's own ``to_dict()`` writes, given back as text, as a float
-    or as a bool, is malformed: coercing it would load a record a store or a hand
-    corrupted, and ``True`` would pass for 1. Each is refused, the memory unchanged."""
+    """Every integer the memory's own ``to_dict()`` writes, in the state or in its first
+    turn record, given back as text, as a float or as a bool, is malformed: coercing it
+    would load a record a store or a hand corrupted, and ``True`` would pass for 1. Each
+    is refused, the memory unchanged."""
     memory = await make_memory(config("truncation", full_zone_turns=2))
     for i in range(3):
         await memory.add_turn(turn(i))
     valid = json_state(memory)
     before = await _observe(memory)
     before_state = state_text(memory)
-    numbers = [k for k, v in valid.items() if type(v) is int]
-    assert numbers, "check setup: to_dict() writes no integer"
-    for field in numbers:
-        for other in (str(valid[field]), float(valid[field]), True):
+    places: list[tuple[tuple[str | int, ...], str]] = [
+        ((), k) for k, v in valid.items() if type(v) is int
+    ]
+    assert places, "check setup: to_dict() writes no integer"
+    for name, i in _turn_records(valid)[:1]:
+        places += [((name, i), k) for k, v in valid[name][i].items() if type(v) is int]
+    for path, field in places:
+        record = valid
+        for step in path:
+            record = record[step]
+        where = "".join(f"[{step!r}]" for step in path) + f"[{field!r}]"
+        for other in (str(record[field]), float(record[field]), True):
+            data = json.loads(json.dumps(valid))
+            target = data
+            for step in path:
+                target = target[step]
+            target[field] = other
             try:
-                memory.from_dict({**valid, field: other})
+                memory.from_dict(data)
             except ValueError:
                 continue
             except Exception as exc:
                 raise AssertionError(
-                    f"SER-003: {field}={other!r} raised {type(exc).__name__}, not ValueError"
+                    f"SER-003: state{where}={other!r} raised {type(exc).__name__}, not ValueError"
                 ) from exc
             raise AssertionError(
-                f"SER-003: from_dict accepted {field}={other!r} where to_dict() writes the "
-                f"integer {valid[field]!r}"
+                f"SER-003: from_dict accepted state{where}={other!r} where to_dict() writes "
+                f"the integer {record[field]!r}"
             )
     assert await _observe(memory) == before, "SER-003: a refused from_dict changed the memory"
     assert state_text(memory) == before_state, "SER-003: a refused from_dict changed to_dict()"
@@ -553,9 +567,16 @@ async def test_turns_loaded_into_a_memory_without_digests_render_without(make_me
 @req("SER-002")
 @cap("truncation")
 async def test_round_trip_keeps_turn_text_verbatim(make_memory):
-    """Line ends of every kind (``\r\n``, a lone ``\r``, U+2028), tabs and surrounding
-    spaces are the turn's text: ``from_dict(to_dict())`` shows them as they were."""
-    texts = ["line\r\nnext", "old mac\rline", " padded\t", "sep\u2028arated\u2029"]
+    """Line ends of every kind (``\r\n``, a lone ``\r``, U+2028), tabs, surrounding
+    spaces and characters Unicode normalization would change (a decomposed accent, a
+    ligature) are the turn's text: ``from_dict(to_dict())`` shows them as they were."""
+    texts = [
+        "line\r\nnext",
+        "old mac\rline",
+        " padded\t",
+        "sep\u2028arated\u2029",
+        "cafe\u0301 \ufb01le",
+    ]
     cfg, key = config("truncation", full_zone_turns=len(texts)), MemoryKey("t", "u", "text")
     memory = await make_memory(cfg, key=key)
     for i, text in enumerate(texts):
@@ -563,7 +584,8 @@ async def test_round_trip_keeps_turn_text_verbatim(make_memory):
     clone = await make_memory(cfg, key=key)
     clone.from_dict(json_state(memory))
     shown = [t["user"] for t in (await memory_view(clone))["recent_turns"]]
-    assert shown == texts, f"SER-002: turn text after a round trip: {shown!r}, not {texts!r}"
+    # !a: a normalized text prints like the original in its own characters.
+    assert shown == texts, f"SER-002: turn text after a round trip: {shown!a}, not {texts!a}"
     assert await _observe(clone) == await _observe(memory)
 
 

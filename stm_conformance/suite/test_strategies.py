@@ -95,15 +95,21 @@ async def test_truncation_shows_exactly_the_last_window(make_memory, window):
 @cap("truncation")
 async def test_truncation_keeps_empty_and_repeated_turns(make_memory):
     """Every turn added is a turn of the window, also one whose message and answer are
-    empty or whitespace, or one equal to the turn before: a backend that skips "empty"
-    turns or collapses repeats shows older turns instead."""
+    empty or whitespace, one equal to the turn before, or the very object added before
+    (without a turn id): a backend that skips "empty" turns or collapses repeats shows
+    older turns instead."""
     memory = await make_memory(config("truncation", full_zone_turns=3))
     added: list[dict[str, str]] = []
-    for user, assistant in [
-        ("q0", "a0"), ("q1", "a1"), ("", ""), (" ", "\n"), ("q1", "a1"), ("q1", "a1"), ("", "a6"),
+    again = ConversationTurn(user_message="q7", assistant_response="a7")
+    for t in [
+        *(ConversationTurn(user_message=user, assistant_response=assistant) for user, assistant in [
+            ("q0", "a0"), ("q1", "a1"), ("", ""), (" ", "\n"), ("q1", "a1"), ("q1", "a1"),
+            ("", "a6"),
+        ]),
+        again, again, again,
     ]:  # fmt: skip
-        await memory.add_turn(ConversationTurn(user_message=user, assistant_response=assistant))
-        added.append({"user": user, "assistant": assistant})
+        await memory.add_turn(t)
+        added.append({"user": t.user_message, "assistant": t.assistant_response})
         shown = (await memory_view(memory))["recent_turns"]
         assert shown == added[-3:], (
             f"STR-002: after adding {added[-1]!r} the window shows {shown}, not the last 3 "
