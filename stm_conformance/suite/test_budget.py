@@ -33,6 +33,7 @@ from stm_conformance.contract import (
     TrajectoryDigest,
     default_token_estimator,
 )
+from stm_conformance.fixtures import PreconditionError
 from stm_conformance.model import SpecModel
 
 req = pytest.mark.stm_requirement
@@ -899,6 +900,82 @@ async def test_oversize_summary_is_a_failure(make_memory, scripted_summarizer):
     view = await memory_view(memory)
     assert "summary" not in view, f"an oversize summary was installed: {view}"
     assert users(view.get("pending_turns")) == ["u0"], f"HLT-003: RETRY keeps pending: {view}"
+
+
+@req("BUD-001")
+@cap("rolling_summary")
+async def test_a_recovery_keeps_the_view_within_budget(make_memory):
+    """A recovery that succeeds installs its summary and makes the turns evicted during
+    the attempt pending (HLT-006): all of it at once can be more than the budget, and the
+    view must be brought within ``total_max_tokens`` then, not at the next turn."""
+    summarizer = ScriptedSummarizer(max_chars=80)
+    cfg = config(
+        full_zone_turns=1,
+        total_max_tokens=60,
+        summary_max_tokens=40,
+        retry_attempts=0,
+        degraded_retry_interval_s=0.2,
+    )
+    memory = await make_memory(cfg, summarizer=summarizer)
+    summarizer.fail_always("raise")
+    for i in range(3):
+        await memory.add_turn(turn(i, pad=20))
+    await eventually(lambda: memory.health.value == "degraded", what="HLT-004: DEGRADED")
+    summarizer.succeed()
+    summarizer.hold()
+    try:
+        await summarizer.wait_for_calls(len(summarizer.calls) + 1)  # the recovery attempt
+    except TimeoutError as exc:
+        raise PreconditionError(f"HLT-006: no recovery attempt came by itself: {exc}") from None
+    for i in range(3, 6):
+        await memory.add_turn(turn(i, pad=20))  # evicted while the attempt runs
+    summarizer.let_one_through()  # it succeeds; the call after it stays held
+    await eventually(
+        lambda: memory.health.value == "healthy", what="HLT-006: HEALTHY after the recovery"
+    )
+    await _check_invariants(memory, cfg)
+
+
+@scenario("direction:reject", "direction:accept", "bound:upper")
+@req("BUD-007")
+@cap("rolling_summary")
+async def test_a_summary_is_sized_with_the_configured_estimator(make_memory):
+    """``summary_max_tokens`` counts with the memory's ``token_estimator``, here one token
+    per character: a summary one character over the limit (9 tokens by the default
+    estimator) is a failed call, and the retry's summary of exactly the limit is installed."""
+    limit = 30
+    calls: list[Any] = []
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        calls.append(payload)
+        return {"summary": "s" * (limit + 1 if len(calls) == 1 else limit)}
+
+    cfg = config(
+        full_zone_turns=1,
+        summary_max_tokens=limit,
+        total_max_tokens=5000,
+        retry_backoff_base_s=0.05,
+        token_estimator=len,
+    )
+    memory = await make_memory(cfg, summarizer=summarizer)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+
+    async def installed() -> bool:
+        return "summary" in await memory_view(memory)
+
+    await eventually(installed, what="BUD-007: a summary installed after the oversize one")
+    summary = (await memory_view(memory))["summary"]
+    assert summary == "s" * limit, (
+        f"BUD-007: with token_estimator=len and summary_max_tokens={limit}, the summary "
+        f"installed is {len(summary)} characters ({len(calls)} call(s)): one over the limit "
+        f"by the configured estimator is a failed call"
+    )
+    assert len(calls) == 2, (
+        f"BUD-007: the summary was installed after {len(calls)} call(s): the first call's, "
+        f"one character over summary_max_tokens by the configured estimator, is a failed "
+        f"call (retried), not one to cut to size"
+    )
 
 
 @scenario("direction:accept", "direction:reject", "bound:lower", "bound:upper")

@@ -159,6 +159,41 @@ async def test_the_first_summary_after_a_load_reports_the_loaded_one_as_old(
 
 @req("CB-002")
 @pytest.mark.stm_capability("rolling_summary")
+@pytest.mark.stm_capability("serialization")
+async def test_a_summary_from_dict_made_stale_is_not_reported(make_memory, recording_callbacks):
+    """A call in flight when ``from_dict`` replaces the state belongs to the replaced
+    state (WM-004): its summary is never installed, so ``on_summary_updated`` never
+    reports it. The loaded state's own summary is reported, once."""
+    gate = asyncio.Event()
+    calls = 0
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        nonlocal calls
+        calls += 1
+        number = calls
+        if number == 1:
+            await gate.wait()
+        return {"summary": f"summary of call {number}"}
+
+    cfg = config(full_zone_turns=1, **recording_callbacks.config_kwargs())
+    memory = await make_memory(cfg, summarizer=summarizer)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))  # u0 evicted: call 1, held
+    await eventually(lambda: calls >= 1, what="WM-002: a call for u0 (precondition)")
+    memory.from_dict(json_state(memory))  # call 1 is now the replaced state's
+    gate.set()
+    await returns_within(memory.flush(), what="WM-007: flush() after the load")
+    await recording_callbacks.settle()
+    installed = (await memory_view(memory)).get("summary")
+    assert recording_callbacks.summaries == [("", installed)], (
+        f"CB-002: on_summary_updated reported {recording_callbacks.summaries} where the one "
+        f"summary installed is {installed!r}; the summary of the call from_dict made stale "
+        f"('summary of call 1') was never installed"
+    )
+
+
+@req("CB-002")
+@pytest.mark.stm_capability("rolling_summary")
 async def test_summary_updated_once_per_summary(
     make_memory, scripted_summarizer, recording_callbacks
 ):

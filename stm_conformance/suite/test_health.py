@@ -21,6 +21,7 @@ from stm_conformance.checks import (
     users,
 )
 from stm_conformance.contract import MemoryKey
+from stm_conformance.fixtures import PreconditionError
 
 pytestmark = [pytest.mark.stm_capability("rolling_summary")]
 req = pytest.mark.stm_requirement
@@ -221,6 +222,44 @@ async def test_failures_are_counted_afresh_after_a_success(make_memory, scripted
         lambda: memory.health.value == "healthy", what="HLT-006: recovery (precondition)"
     )
     await failing_episode("a recovery", 3)
+
+
+@req("HLT-004")
+async def test_a_success_in_retry_is_healthy_with_turns_still_pending(
+    make_memory, scripted_summarizer
+):
+    """A retry that succeeds while turns evicted during it are still pending returns to
+    HEALTHY then: the memory is not in RETRY until it has caught up."""
+    cfg = config(full_zone_turns=1, retry_attempts=5, retry_backoff_base_s=0.05)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_next(1, mode="raise")
+    scripted_summarizer.hold()
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))  # u0 evicted: the first call, held, then fails
+    await scripted_summarizer.wait_for_calls(1)
+    scripted_summarizer.let_one_through()
+    try:
+        await scripted_summarizer.wait_for_calls(2)  # retry 1, held
+    except TimeoutError as exc:
+        raise PreconditionError(f"HLT-002: no retry came by itself: {exc}") from None
+    if memory.health.value != "retry":
+        raise PreconditionError(f"HLT-002: {memory.health.value!r} during retry 1, not RETRY")
+    await memory.add_turn(turn(2))
+    await memory.add_turn(turn(3))  # u1 and u2 evicted while retry 1 runs
+    scripted_summarizer.let_one_through()  # retry 1 succeeds; the next call stays held
+
+    async def installed() -> bool:
+        return "summary" in await memory_view(memory)
+
+    await eventually(installed, what="HLT-004: retry 1's summary installed")
+    view = await memory_view(memory)
+    if users(view.get("pending_turns")) != ["u1", "u2"]:
+        raise PreconditionError(f"WM-003: u1 and u2 pending after retry 1's install: {view}")
+    assert memory.health.value == "healthy", (
+        f"HLT-004: a retry succeeded, its summary installed, with u1 and u2 still pending, "
+        f"and the memory is {memory.health.value!r}: a success in RETRY returns to HEALTHY"
+    )
+    scripted_summarizer.release()
 
 
 @req("HLT-004")
@@ -522,6 +561,42 @@ async def test_reloading_a_degraded_state_brings_no_recovery_sooner(
     )
 
 
+@req("HLT-006")
+@pytest.mark.stm_capability("serialization")
+async def test_reloading_a_state_saved_recovering_brings_no_attempt_sooner(
+    make_memory, scripted_summarizer
+):
+    """A state saved while a recovery attempt ran (RECOVERING), loaded again and again:
+    that attempt was the replaced state's, and the loaded one attempts at most once per
+    ``degraded_retry_interval_s``, counted from the load, as a state loaded DEGRADED."""
+    interval = 0.3
+    cfg = config(full_zone_turns=1, retry_attempts=0, degraded_retry_interval_s=interval)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    await _degrade(memory, scripted_summarizer)
+    scripted_summarizer.hold()
+    await scripted_summarizer.wait_for_calls(2)  # the first recovery attempt, held
+    await eventually(
+        lambda: memory.health.value == "recovering",
+        what="HLT-006: RECOVERING during an attempt (precondition)",
+    )
+    recovering = json_state(memory)
+    scripted_summarizer.release()  # that attempt fails: DEGRADED again
+    await eventually(
+        lambda: memory.health.value == "degraded",
+        what="HLT-006: DEGRADED after a failed attempt (precondition)",
+    )
+    started = time.monotonic()
+    for _ in range(10):
+        memory.from_dict(recovering)
+        await anyio.sleep(0.01)
+    elapsed = time.monotonic() - started
+    attempts = sum(t >= started for t in scripted_summarizer.call_times)
+    assert attempts <= elapsed / interval + 1, (
+        f"HLT-006: {attempts} recovery attempts in {elapsed:.2f}s of loading a state saved "
+        f"RECOVERING, with degraded_retry_interval_s={interval}: a load must not make one due"
+    )
+
+
 async def _failing_from_the_first_call(
     make_memory: Any, summarizer: ScriptedSummarizer, base: float
 ) -> tuple[Any, MemoryKey]:
@@ -571,7 +646,7 @@ async def test_reloading_a_retry_state_brings_no_retry_sooner(
     )
 
 
-@scenario("bound:lower")
+@scenario("bound:lower", "bound:upper")
 @req("HLT-002")
 @pytest.mark.parametrize("via", RELOADS)
 async def test_a_state_reloaded_after_two_failures_waits_the_second_backoff(
@@ -599,6 +674,11 @@ async def test_a_state_reloaded_after_two_failures_waits_the_second_backoff(
     assert waited >= 1.5 * base, (
         f"HLT-002: the state loaded after two failed calls retried {waited:.3f}s after the "
         f"load; retry 2 waits retry_backoff_base_s * 2 = {2 * base}s, timed from the load"
+    )
+    # And not much more (retry 3's backoff would be twice that), as for a retry not loaded.
+    assert waited <= 2 * base * 1.5 + patient(0.2), (
+        f"HLT-002: the state loaded after two failed calls retried {waited:.3f}s after the "
+        f"load; retry 2 is due retry_backoff_base_s * 2 = {2 * base}s after it"
     )
 
 

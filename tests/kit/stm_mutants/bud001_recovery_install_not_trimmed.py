@@ -23,10 +23,6 @@ from . import mutant_provider
 
 BREAKS = "BUD-001"
 COLLATERAL: dict[str, str] = {}
-GAP = (
-    "no check measures the budget right after a successful recovery installs its summary "
-    "and shows the turns evicted during the attempt"
-)
 
 _RECOVERED: set[int] = set()  # ids of states whose last outcome was a successful recovery
 

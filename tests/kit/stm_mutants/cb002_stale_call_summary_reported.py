@@ -16,10 +16,6 @@ from . import mutant_provider
 
 BREAKS = "CB-002"
 COLLATERAL: dict[str, str] = {}
-GAP = (
-    "no callback check makes a summarizer call stale with from_dict while it runs, so a "
-    "summary reported but never installed goes unseen"
-)
 
 
 class EagerSummaryReportMemory(DefaultShortTermMemory):

@@ -19,10 +19,6 @@ from ._util import with_health
 
 BREAKS = "HLT-002"
 COLLATERAL: dict[str, str] = {}
-GAP = (
-    "the reload checks bound a loaded state's retry from below only; none bounds from "
-    "above how long after the load the next retry comes"
-)
 
 
 class LateReloadRetryHealth(HealthMachine):

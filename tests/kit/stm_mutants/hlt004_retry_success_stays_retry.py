@@ -20,10 +20,6 @@ from . import mutant_provider
 
 BREAKS = "HLT-004"
 COLLATERAL: dict[str, str] = {}
-GAP = (
-    "the checks of a success in RETRY look at the health once nothing is pending; none "
-    "while turns evicted during the successful retry are still pending"
-)
 
 
 class CatchUpRetryMemory(DefaultShortTermMemory):

@@ -20,10 +20,6 @@ from ._util import with_health
 
 BREAKS = "HLT-006"
 COLLATERAL: dict[str, str] = {}
-GAP = (
-    "the reload checks of a DEGRADED memory never save it while a recovery attempt runs, "
-    "so no state is loaded RECOVERING"
-)
 
 
 class RecoveringUntimedHealth(HealthMachine):
