@@ -623,7 +623,10 @@ class MemoryDifferential(RuleBasedStateMachine):
         except MemoryBudgetExceeded:
             return
         except _StepTimeout as exc:
-            self.step.timeout = ("BUD-006", f"{exc.what}\n{exc.stack}")
+            # What add_turn could wait for is a summarizer call, and calls are held here:
+            # one that does not return waits for the summarizer (WM-001), refused or not.
+            rule = "WM-001" if self.summarizer.waiting else "BUD-006"
+            self.step.timeout = (rule, f"{exc.what}\n{exc.stack}")
         except Exception as exc:
             self.step.problem = ("BUD-006", f"add_turn over the budget raised {exc!r}")
         else:
@@ -799,7 +802,7 @@ class MemoryDifferential(RuleBasedStateMachine):
         view, health, tokens = self._run(observe())
         # An add_turn that did not return explains whatever follows it; a flush that did
         # not return is judged after the view, which tells what it was waiting for.
-        stuck = self.step.timeout if self.step.name == "add_turn" else None
+        stuck = self.step.timeout if self.step.name in ("add_turn", "refuse") else None
         found = (
             self.step.problem
             or stuck
@@ -808,7 +811,10 @@ class MemoryDifferential(RuleBasedStateMachine):
         )
         if found is not None:
             requirement, message = found
-            if self.step.blame is not None:
+            # A refused operation that did not return is judged as its timeout says (a
+            # held summarizer call it waited for is WM-001's); any other difference after
+            # it is the refusal's.
+            if self.step.blame is not None and found is not self.step.timeout:
                 requirement = self.step.blame
                 message = f"after a refused {self.step.name}, nothing may change: {message}"
             raise Divergence(

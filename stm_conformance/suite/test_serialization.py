@@ -21,6 +21,7 @@ from stm_conformance import ScriptedSummarizer
 from stm_conformance._deadline import noting_callers
 from stm_conformance.checks import (
     EITHER_STRATEGY,
+    canonical_json,
     config,
     eventually,
     json_state,
@@ -56,6 +57,26 @@ OPS = st.lists(st.sampled_from(["add", "add_big", "flush", "fail", "hold", "rele
 async def _observe(memory: Any) -> tuple[str, str, int]:
     view = json.dumps(dict(await memory.get_llm_context()), sort_keys=True)
     return view, memory.health.value, memory.estimate_tokens()
+
+
+async def _assert_observed_as(memory: Any, expected: tuple[str, str, int], what: str) -> None:
+    """``memory`` (just loaded) shows the view, health and estimate ``expected``. When
+    only the estimate differs, and it is not the configured estimator's count of the very
+    view shown, while the expected one was, the count went stale across the load: that is
+    BUD-008's failure, not the load's."""
+    observed = await _observe(memory)
+    if observed == expected:
+        return
+    cfg = getattr(memory, "_stm_config", None)
+    if observed[:2] == expected[:2] and isinstance(cfg, ShortTermMemoryConfig):
+        ctx = json.loads(observed[0])
+        measured = (cfg.token_estimator or default_token_estimator)(canonical_json(ctx))
+        if observed[2] != measured and expected[2] == measured:
+            raise AssertionError(
+                f"BUD-008: estimate_tokens()={observed[2]} after the load, but the configured "
+                f"estimator counts {measured} tokens in the view it shows ({what})"
+            )
+    raise AssertionError(f"{what}: observed {observed}, expected {expected}")
 
 
 async def _drive(memory: Any, summarizer: ScriptedSummarizer, ops: list[str]) -> None:
@@ -136,7 +157,7 @@ async def test_round_trip_is_observably_identical(
         expected = await _observe(source)
         state = json_state(source)
         clone.from_dict(state)
-        assert await _observe(clone) == expected, f"round trip differs after {ops}"
+        await _assert_observed_as(clone, expected, f"round trip differs after {ops}")
 
 
 @asynccontextmanager
@@ -536,7 +557,7 @@ async def test_round_trip_keeps_a_failing_health(make_memory, health):
     state = json_state(memory)
     expected = await _observe(memory)
     clone.from_dict(state)
-    assert await _observe(clone) == expected, f"a {health} memory does not round-trip"
+    await _assert_observed_as(clone, expected, f"a {health} memory does not round-trip")
     clone_summarizer.release()
 
 
@@ -586,7 +607,7 @@ async def test_round_trip_keeps_turn_text_verbatim(make_memory):
     shown = [t["user"] for t in (await memory_view(clone))["recent_turns"]]
     # !a: a normalized text prints like the original in its own characters.
     assert shown == texts, f"SER-002: turn text after a round trip: {shown!a}, not {texts!a}"
-    assert await _observe(clone) == await _observe(memory)
+    await _assert_observed_as(clone, await _observe(memory), "SER-002: the round trip")
 
 
 @scenario("text:non_ascii", "text:astral")
@@ -623,8 +644,8 @@ async def test_round_trip_keeps_the_summary_verbatim(make_memory, summary):
     held.hold()
     clone = await make_memory(cfg, key=key, summarizer=held)
     clone.from_dict(json_state(memory))
-    assert await _observe(clone) == expected, (
-        f"the summary {summary!r} does not survive from_dict(to_dict()): {await _observe(clone)}"
+    await _assert_observed_as(
+        clone, expected, f"the summary {summary!r} does not survive from_dict(to_dict())"
     )
     held.release()
 
@@ -996,7 +1017,7 @@ async def test_persist_then_hydrate_into_a_fresh_memory(
     await memory.persist(stm_store, stm_provider.key_for_storage(key))
     fresh = await make_memory(cfg, key=key, summarizer=ScriptedSummarizer())
     await fresh.hydrate(stm_store, stm_provider.key_for_storage(key))
-    assert await _observe(fresh) == await _observe(memory)
+    await _assert_observed_as(fresh, await _observe(memory), "SER-005: the hydrated state")
 
 
 @scenario("window:0")
@@ -1023,18 +1044,22 @@ async def test_a_state_without_turns_persists_and_hydrates(
     await memory.persist(stm_store, storage)
     fresh = await make_memory(cfg, key=key, summarizer=ScriptedSummarizer())
     await fresh.hydrate(stm_store, storage)
-    assert await _observe(fresh) == await _observe(memory), (
-        "SER-005: a summary-only state persisted and hydrated into a fresh memory shows "
-        f"{await memory_view(fresh)}, not {view}"
+    await _assert_observed_as(
+        fresh,
+        await _observe(memory),
+        f"SER-005: a summary-only state persisted and hydrated into a fresh memory shows "
+        f"{await memory_view(fresh)}, not {view}",
     )
     # Under a storage key of its own: over the summary's record, a new memory's save is a
     # stale write a conditional store refuses (SER-006).
     empty = await make_memory(cfg, key=key, summarizer=ScriptedSummarizer())
     await empty.persist(stm_store, f"{storage}:empty")
     await memory.hydrate(stm_store, f"{storage}:empty")
-    assert await _observe(memory) == await _observe(empty), (
-        "SER-005: a new memory's state hydrated over one that holds a summary left "
-        f"{await memory_view(memory)}"
+    await _assert_observed_as(
+        memory,
+        await _observe(empty),
+        f"SER-005: a new memory's state hydrated over one that holds a summary left "
+        f"{await memory_view(memory)}",
     )
 
 
@@ -1059,13 +1084,15 @@ async def test_persist_after_loading_another_state_writes_the_loaded_one(
     await first.persist(stm_store, storage)
     await other.persist(stm_store, elsewhere)
     await first.hydrate(stm_store, elsewhere)
-    assert await _observe(first) == await _observe(other), "SER-005: the hydrated state"
+    await _assert_observed_as(first, await _observe(other), "SER-005: the hydrated state")
     await first.persist(stm_store, storage)
     fresh = await make_memory(cfg, key=key)
     await fresh.hydrate(stm_store, storage)
-    assert await _observe(fresh) == await _observe(other), (
+    await _assert_observed_as(
+        fresh,
+        await _observe(other),
         "SER-005: persisting after hydrating another state must write the state now held, "
-        "not turns of the one it replaced"
+        "not turns of the one it replaced",
     )
 
 
