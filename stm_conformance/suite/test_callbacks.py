@@ -20,6 +20,7 @@ from stm_conformance.checks import (
     turn,
 )
 from stm_conformance.contract import MemoryKey
+from stm_conformance.fixtures import PreconditionError
 
 pytestmark = [pytest.mark.stm_capability("callbacks")]
 req = pytest.mark.stm_requirement
@@ -184,6 +185,11 @@ async def test_a_summary_from_dict_made_stale_is_not_reported(make_memory, recor
     gate.set()
     await returns_within(memory.flush(), what="WM-007: flush() after the load")
     await recording_callbacks.settle()
+    if calls != 2:
+        raise PreconditionError(
+            f"WM-004: u0, pending in the loaded state, went to {calls - 1} calls after the "
+            f"load, not one"
+        )
     installed = (await memory_view(memory)).get("summary")
     assert recording_callbacks.summaries == [("", installed)], (
         f"CB-002: on_summary_updated reported {recording_callbacks.summaries} where the one "

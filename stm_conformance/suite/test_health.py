@@ -246,6 +246,9 @@ async def test_a_success_in_retry_is_healthy_with_turns_still_pending(
         raise PreconditionError(f"HLT-002: {memory.health.value!r} during retry 1, not RETRY")
     await memory.add_turn(turn(2))
     await memory.add_turn(turn(3))  # u1 and u2 evicted while retry 1 runs
+    pending = users((await memory_view(memory)).get("pending_turns"))
+    if pending != ["u0", "u1", "u2"]:
+        raise PreconditionError(f"WM-002: pending while retry 1 runs: {pending}")
     scripted_summarizer.let_one_through()  # retry 1 succeeds; the next call stays held
 
     async def installed() -> bool:
