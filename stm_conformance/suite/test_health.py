@@ -244,6 +244,9 @@ async def test_a_success_in_retry_is_healthy_with_turns_still_pending(
         raise PreconditionError(f"HLT-002: no retry came by itself: {exc}") from None
     if memory.health.value != "retry":
         raise PreconditionError(f"HLT-002: {memory.health.value!r} during retry 1, not RETRY")
+    pending = users((await memory_view(memory)).get("pending_turns"))
+    if pending != ["u0"]:
+        raise PreconditionError(f"HLT-003: in RETRY the view shows pending turns {pending}")
     await memory.add_turn(turn(2))
     await memory.add_turn(turn(3))  # u1 and u2 evicted while retry 1 runs
     pending = users((await memory_view(memory)).get("pending_turns"))
