@@ -7,6 +7,7 @@ swaps it in only on success, so a malformed input never half-loads (SER-003).
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Annotated, Any, Literal
 
@@ -24,6 +25,8 @@ from .types import (
     ShortTermMemoryConfig,
     TrajectoryDigest,
 )
+
+logger = logging.getLogger("reference_impl.memory")
 
 __all__ = [
     "STATE_VERSION",
@@ -402,11 +405,22 @@ def _check_order(model: MemoryStateV2, entries: dict[str, list[Entry]]) -> None:
 
 
 def load(
-    data: Any, config: ShortTermMemoryConfig, budget: Budget, key: MemoryKey | None
+    data: Any,
+    config: ShortTermMemoryConfig,
+    budget: Budget,
+    key: MemoryKey | None,
+    *,
+    shared: bool = False,
 ) -> MemoryState:
     """Build a fresh state from ``data`` for a memory of ``config`` or raise ``ValueError``
-    (:class:`KeyMismatchError` for another key's state), whatever ``data`` is."""
-    return run_steps(load_steps(data, config, budget, key))
+    (:class:`KeyMismatchError` for another key's state), whatever ``data`` is.
+
+    ``shared``: ``data`` is the state instances of one key share, written by one of them.
+    A token estimator raising on its whole view then leaves it as written (logged; the
+    next turn trims it), as the memory that wrote it did: refusing it would refuse the
+    key's only state to every instance.
+    """
+    return run_steps(load_steps(data, config, budget, key, shared=shared))
 
 
 def run_steps(steps: Steps) -> MemoryState:
@@ -419,13 +433,18 @@ def run_steps(steps: Steps) -> MemoryState:
 
 
 def load_steps(
-    data: Any, config: ShortTermMemoryConfig, budget: Budget, key: MemoryKey | None
+    data: Any,
+    config: ShortTermMemoryConfig,
+    budget: Budget,
+    key: MemoryKey | None,
+    *,
+    shared: bool = False,
 ) -> Steps:
     """:func:`load` in steps of at most :data:`STEP_TURNS` turns, so that an asynchronous
     caller can let other tasks run between them (``afrom_dict``). Nothing is changed
     until the last step returns the new state."""
     try:
-        return (yield from _load_steps(data, config, budget, key))
+        return (yield from _load_steps(data, config, budget, key, shared))
     except ValueError:
         raise
     except Exception as exc:  # anything else a hostile mapping can raise
@@ -466,7 +485,7 @@ def _check_failures(model: MemoryStateV2) -> None:
 
 
 def _load_steps(
-    data: Any, config: ShortTermMemoryConfig, budget: Budget, key: MemoryKey | None
+    data: Any, config: ShortTermMemoryConfig, budget: Budget, key: MemoryKey | None, shared: bool
 ) -> Steps:
     include, size_of = config.include_trajectory_digest, budget.meter.size_of
 
@@ -522,7 +541,13 @@ def _load_steps(
             raise ValueError("stored summary exceeds summary_max_tokens")
         summary = budget.clip_summary(summary)
     state.set_summary(summary)
-    budget.settle(state)
+    try:
+        budget.settle(state)
+    except Exception:
+        if not shared:
+            raise
+        logger.exception("token_estimator raised bringing a shared state within budget")
+        return state
     if config.budget.overflow_policy == "error" and not budget.fits(state):
         raise ValueError("stored state exceeds total_max_tokens under overflow_policy='error'")
     return state

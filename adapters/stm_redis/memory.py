@@ -650,7 +650,9 @@ class RedisShortTermMemory:
             return self._empty(), ""
         try:
             envelope = json.loads(doc)
-            state = schema.load(envelope["state"], self._config, self._budget, self._key)
+            state = schema.load(
+                envelope["state"], self._config, self._budget, self._key, shared=True
+            )
             state.stored = bool(envelope.get("stored", False))
             state.health.not_before = float(envelope.get("not_before", 0.0))
             outcome = envelope.get("outcome", "")

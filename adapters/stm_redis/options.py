@@ -6,7 +6,7 @@ count is due) would fail a script midway, after its first writes.
 
 from __future__ import annotations
 
-__all__ = ["check_count", "check_ms", "check_seconds"]
+__all__ = ["MAX_COUNT", "check_count", "check_ms", "check_seconds"]
 
 #: The longest time an option may give, in seconds: Redis keeps milliseconds in 64 bits.
 _MAX_SECONDS = 2.0**53 / 1000
@@ -30,9 +30,15 @@ def check_ms(name: str, value: object) -> None:
         raise ValueError(f"{name} must be at least 0.001 s (a millisecond), not {value!r}")
 
 
+#: The largest count an option may give. A script's Lua numbers print in exponent form
+#: from 10**14 on (``-1e+17``), which a command taking an integer refuses.
+MAX_COUNT = 10**9
+
+
 def check_count(name: str, value: object) -> None:
-    """``value`` is an int of at least 1 (not a bool, not a float Redis would refuse)."""
+    """``value`` is an int from 1 to :data:`MAX_COUNT` (not a bool, not a float Redis
+    would refuse)."""
     if type(value) is not int:
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be at least 1, not {value}")
+    if not 1 <= value <= MAX_COUNT:
+        raise ValueError(f"{name} must be at least 1 and at most {MAX_COUNT}, not {value}")

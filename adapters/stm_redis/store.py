@@ -92,10 +92,7 @@ class RedisStateStore:
         check_expected_revision(expected_revision)
         revision, text = encode_state(key, state)
         expected = "" if expected_revision is None else str(expected_revision)
-        try:
-            rev, stored = await self._client.hmget(redis_key, ["rev", "state"])
-        except redis_errors.RedisError as exc:
-            raise self._error(key, exc) from exc
+        rev, stored = await self._read(key, redis_key)
         if stored is not None:
             _decode(key, rev, stored)
         elif rev is not None:
@@ -112,11 +109,7 @@ class RedisStateStore:
 
     async def load_memory_state(self, key: str) -> dict[str, Any] | None:
         """Return the state under ``key``, or ``None``."""
-        redis_key = self._key(key)
-        try:
-            rev, text = await self._client.hmget(redis_key, ["rev", "state"])
-        except redis_errors.RedisError as exc:
-            raise self._error(key, exc) from exc
+        rev, text = await self._read(key, self._key(key))
         if text is None:
             return None
         return _decode(key, rev, text)
@@ -138,12 +131,24 @@ class RedisStateStore:
                 found.append(_text(raw)[len(prefix) :])
         except redis_errors.RedisError as exc:
             raise StateStoreError(f"listing keys failed: {exc}") from exc
+        except UnicodeDecodeError as exc:  # no key of this store: they are all text
+            raise StateStoreError(f"a key under {prefix!r} is not UTF-8: {exc}") from exc
         return sorted(found)
 
     async def aclose(self) -> None:
         """Close the client if this store owns it."""
         if self._owns_client:
             await self._client.aclose()
+
+    async def _read(self, key: str, redis_key: str) -> tuple[Any, Any]:
+        """The record's ``rev`` and ``state`` fields as the client gives them."""
+        try:
+            rev, text = await self._client.hmget(redis_key, ["rev", "state"])
+        except redis_errors.RedisError as exc:
+            raise self._error(key, exc) from exc
+        except UnicodeDecodeError as exc:  # a client with decode_responses=True
+            raise CorruptStateError(f"stored record is not UTF-8: {exc}", key=key) from exc
+        return rev, text
 
     def _error(self, key: str, exc: Exception) -> StateStoreError:
         if isinstance(exc, _UNAVAILABLE):

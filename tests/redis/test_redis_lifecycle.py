@@ -19,7 +19,7 @@ from stm_redis import memory as stm_memory
 from stm_stores import InMemoryStateStore
 
 from reference_impl import ConversationTurn, MemoryBudget, MemoryKey, ShortTermMemoryConfig
-from reference_impl.store import CorruptStateError
+from reference_impl.store import CorruptStateError, StateStoreError
 from stm_conformance import ScriptedSummarizer
 from stm_conformance.checks import config, turn, users
 
@@ -296,6 +296,8 @@ async def test_a_corrupt_counter_is_a_typed_error_and_nothing_is_written(
         ("max_attempts", 0, ValueError),
         ("turn_ids_kept", 1.5, TypeError),
         ("turn_ids_kept", True, TypeError),
+        ("turn_ids_kept", 10**17, ValueError),  # -1e+17 in the script: refused midway
+        ("max_attempts", 10**15, ValueError),
     ],
 )
 async def test_options_redis_would_refuse_midway_are_refused_at_once(
@@ -391,6 +393,27 @@ async def test_the_state_store_reports_a_corrupt_record(
         await store.save_memory_state_if("k", {"revision": 2}, expected_revision=expected)
     assert await client.hgetall("corrupt:k") == before
     await client.aclose()
+
+
+async def test_a_record_not_utf8_is_corrupt_for_a_decoding_client_too(fake_server: Any) -> None:
+    """A client made with ``decode_responses=True`` decodes a reply before the store reads
+    it: a record that is not UTF-8 is still a ``CorruptStateError`` naming the key, and a
+    key under the namespace that is not UTF-8 fails ``keys()`` with a ``StateStoreError``."""
+    raw = _raw(fake_server)
+    await raw.hset("bytes:k", mapping={"rev": "1", "state": b'{"revision": 1, "x": "\xff"}'})
+    decoding = fakeredis.FakeAsyncRedis(server=fake_server, decode_responses=True)
+    store = RedisStateStore(decoding, namespace="bytes")
+    with pytest.raises(CorruptStateError) as caught:
+        await store.load_memory_state("k")
+    assert caught.value.key == "k"
+    with pytest.raises(CorruptStateError):
+        await store.save_memory_state_if("k", {"revision": 2}, expected_revision=1)
+    await raw.set(b"bytes:\xff", "x")
+    for client in (decoding, raw):
+        with pytest.raises(StateStoreError, match="not UTF-8"):
+            await RedisStateStore(client, namespace="bytes").keys()
+    await decoding.aclose()
+    await raw.aclose()
 
 
 async def test_the_worker_backoff_survives_a_long_outage(fake_memories: MemoryFactory) -> None:

@@ -296,3 +296,31 @@ async def test_a_corrupt_record_is_a_typed_error(
     await client.aclose()
     with pytest.raises(RedisMemoryError, match="cannot be loaded"):
         await memory.get_llm_context()
+
+
+async def test_a_state_the_estimator_cannot_measure_whole_stays_readable(
+    fake_memories: MemoryFactory,
+) -> None:
+    """A token estimator that raises on a long text (a tokenizer's input limit), on a
+    view a summary made long: the instance that wrote the state logs it and goes on (the
+    next turn trims the view), and another instance reads that state as it was written,
+    rather than refusing the key's only state for good."""
+
+    def estimator(text: str) -> int:
+        if len(text) > 400:
+            raise ValueError("input too long for the tokenizer")
+        return len(text) // 4 + 1
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        return {"summary": "s" * 380}  # fits alone, not in a view with a turn
+
+    cfg = config(
+        full_zone_turns=1, summary_max_tokens=200, total_max_tokens=1000, token_estimator=estimator
+    )
+    a, b = fake_memories(cfg, summarizer=summarizer), fake_memories(cfg, summarizer=summarizer)
+    await a.add_turn(turn(0))
+    await a.add_turn(turn(1))
+    await asyncio.wait_for(a.flush(), 5)
+    view = dict(await b.get_llm_context())["conversation_memory"]
+    assert view["summary"] == "s" * 380
+    assert users(view["recent_turns"]) == ["u1"]
