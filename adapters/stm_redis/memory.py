@@ -72,6 +72,7 @@ _COMMIT = scripts.Lua.of(scripts.COMMIT)
 _ACQUIRE = scripts.Lua.of(scripts.ACQUIRE)
 _RENEW = scripts.Lua.of(scripts.RENEW)
 _RELEASE = scripts.Lua.of(scripts.RELEASE)
+_RELEASE_OWNED = scripts.Lua.of(scripts.RELEASE_OWNED)
 _CLEAR = scripts.Lua.of(scripts.CLEAR)
 
 #: How many times a summarizer outcome is sent while Redis does not answer.
@@ -429,6 +430,12 @@ class RedisShortTermMemory:
         for queue in (self._on_turn, self._on_summary, self._on_health):
             await queue.aclose()
         await self._release_handoff()
+        if tasks:
+            # A worker cancelled while its ACQUIRE was on the way may hold the lease under
+            # a fence it never read: released here, or every other instance's next call
+            # would wait out lease_ttl_s.
+            with contextlib.suppress(RedisMemoryError):
+                await self._script(_RELEASE_OWNED, [self._owner])
         if self._pending_doc is not None:
             try:
                 await self._apply_replace()

@@ -18,6 +18,7 @@ __all__ = [
     "COMMIT",
     "READ",
     "RELEASE",
+    "RELEASE_OWNED",
     "RENEW",
     "REPLACEMENTS_KEPT",
     "WRITES_KEPT",
@@ -221,6 +222,17 @@ return 0
 #: ARGV: 1 token. Replies 1 when the lease was held by the token and is now free.
 RELEASE = """
 if redis.call('GET', KEYS[3]) == ARGV[1] then return redis.call('DEL', KEYS[3]) end
+return 0
+"""
+
+#: Release the lease if this instance holds it, under whatever fence: for ``aclose()``
+#: after a worker was cancelled with an ``ACQUIRE`` in flight, whose fence it never read.
+#: ARGV: 1 owner (the lease value is ``owner/fence``).
+RELEASE_OWNED = """
+local held = redis.call('GET', KEYS[3])
+if held and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. '/' then
+  return redis.call('DEL', KEYS[3])
+end
 return 0
 """
 

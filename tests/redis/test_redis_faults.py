@@ -112,3 +112,37 @@ async def test_a_cancellation_lost_in_the_client_still_ends_the_lease_renewals(
     await asyncio.wait_for(memory.flush(), 5)  # another call runs: the lease was let go
     assert memory.to_dict()["summary"] == "u1"
     await asyncio.wait_for(memory.aclose(), 5)
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3])
+async def test_aclose_releases_a_lease_its_cancelled_worker_was_taking(
+    redis_server: RedisServer, real_memories: MemoryFactory, steps: int
+) -> None:
+    """``aclose()`` cancels a worker whose ``ACQUIRE`` may be on its way: the script runs
+    on the server and takes the lease under a fence the worker never reads. The closed
+    instance must not keep it, or every other instance waits out ``lease_ttl_s``."""
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        return {"summary": "s"}
+
+    cfg = config(full_zone_turns=1)
+    held = ScriptedSummarizer()
+    held.hold()
+    writer = real_memories(cfg, summarizer=held)
+    await writer.add_turn(turn(0))
+    await writer.add_turn(turn(1))
+    await writer.aclose()  # u0 left pending, the lease free
+    memory = real_memories(cfg, summarizer=summarizer, lease_ttl_s=30.0)
+    await memory.get_llm_context()  # work waiting: its worker starts and asks for the lease
+    for _ in range(steps):
+        await asyncio.sleep(0)
+    await memory.aclose()
+    admin = Redis.from_url(redis_server.url)
+    try:
+        assert await admin.get(memory._keys.lease) is None
+    finally:
+        await admin.aclose()
+    peer = real_memories(cfg, summarizer=summarizer)
+    started = time.monotonic()
+    await asyncio.wait_for(peer.flush(), 10)
+    assert time.monotonic() - started < 5.0

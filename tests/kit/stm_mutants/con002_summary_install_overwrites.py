@@ -17,7 +17,13 @@ from stm_redis.memory import RedisShortTermMemory
 from stm_redis.provider import fakeredis_provider
 
 BREAKS = "CON-002"
-COLLATERAL: dict[str, str] = {}
+COLLATERAL = {
+    "HLT-006": (
+        "the worker's outcome of the replaced state's failed recovery attempt, written "
+        "blind, can land over a state from_dict loaded meanwhile and end the interval the "
+        "load started"
+    ),
+}
 SLOW = "fakeredis runs every operation as a Lua script in process: five times the CPU"
 
 _installing: contextvars.ContextVar[bool] = contextvars.ContextVar(
