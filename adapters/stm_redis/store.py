@@ -20,9 +20,17 @@ __all__ = ["RedisStateStore"]
 
 # KEYS[1] the record (a hash of rev and state). ARGV: 1 expected rev ('' = no record may
 # exist), 2 new rev, 3 state, 4 ttl ms (0: none). Replies {'ok'} or {'stale', actual|''}.
+# A record that already holds the new revision with this very state is this save, sent
+# again after its reply was lost (redis-py retries a command whose connection failed):
+# it landed, so it is done, not stale.
 _SAVE_IF = """
 local actual = redis.call('HGET', KEYS[1], 'rev')
-if (actual or '') ~= ARGV[1] then return {'stale', actual or ''} end
+if (actual or '') ~= ARGV[1] then
+  if actual == ARGV[2] and redis.call('HGET', KEYS[1], 'state') == ARGV[3] then
+    return {'ok'}
+  end
+  return {'stale', actual or ''}
+end
 redis.call('HSET', KEYS[1], 'rev', ARGV[2], 'state', ARGV[3])
 if tonumber(ARGV[4]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
 return {'ok'}

@@ -19,7 +19,7 @@ from stm_redis import memory as stm_memory
 from stm_stores import InMemoryStateStore
 
 from reference_impl import ConversationTurn, MemoryBudget, MemoryKey, ShortTermMemoryConfig
-from reference_impl.store import CorruptStateError, StateStoreError
+from reference_impl.store import CorruptStateError, StaleStateError, StateStoreError
 from stm_conformance import ScriptedSummarizer
 from stm_conformance.checks import config, turn, users
 
@@ -392,6 +392,28 @@ async def test_the_state_store_reports_a_corrupt_record(
     with pytest.raises(CorruptStateError):
         await store.save_memory_state_if("k", {"revision": 2}, expected_revision=expected)
     assert await client.hgetall("corrupt:k") == before
+    await client.aclose()
+
+
+async def test_a_conditional_save_sent_again_after_it_landed_is_done(fake_server: Any) -> None:
+    """A save whose reply was lost after the server ran it is sent again (redis-py retries
+    a command whose connection failed): the copy finds the new revision holding this very
+    state, and succeeds, rather than reporting the save that landed as stale. The same
+    revision with another state is still stale."""
+    client = _raw(fake_server)
+    store = RedisStateStore(client, namespace="again")
+    first = {"version": 2, "revision": 1, "summary": "a"}
+    await store.save_memory_state_if("k", first, expected_revision=None)
+    await store.save_memory_state_if("k", first, expected_revision=None)  # the copy
+    assert await store.load_memory_state("k") == first
+    with pytest.raises(StaleStateError):
+        await store.save_memory_state_if("k", {**first, "summary": "b"}, expected_revision=None)
+    second = {**first, "revision": 2}
+    await store.save_memory_state_if("k", second, expected_revision=1)
+    await store.save_memory_state_if("k", second, expected_revision=1)
+    with pytest.raises(StaleStateError):
+        await store.save_memory_state_if("k", first, expected_revision=None)
+    assert await store.load_memory_state("k") == second
     await client.aclose()
 
 
