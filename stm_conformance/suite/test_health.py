@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -72,6 +73,22 @@ def _reloader(memory: Any, via: str, store: Any, storage_key: str) -> Any:
             await memory.hydrate(store, storage_key)
 
     return reload
+
+
+async def _calls_while_reloading(
+    reload: Callable[[], Awaitable[None]],
+    summarizer: ScriptedSummarizer,
+    loaded: Callable[[], None],
+) -> tuple[int, float]:
+    """Load ten times, 10 ms apart, ``loaded()`` checking each load: how many summarizer
+    calls started meanwhile, and in how many seconds."""
+    started = time.monotonic()
+    for _ in range(10):
+        await reload()
+        loaded()
+        await anyio.sleep(0.01)
+    elapsed = time.monotonic() - started
+    return sum(t >= started for t in summarizer.call_times), elapsed
 
 
 @req("HLT-001")
@@ -552,15 +569,13 @@ async def test_reloading_a_degraded_state_brings_no_recovery_sooner(
     memory = await make_memory(cfg, key=key, summarizer=scripted_summarizer)
     await _degrade(memory, scripted_summarizer)
     reload = _reloader(memory, via, stm_store, stm_provider.key_for_storage(key))
-    started = time.monotonic()
-    for _ in range(10):
-        await reload()
+
+    def loaded() -> None:
         assert memory.health.value in ("degraded", "recovering"), (
             f"SER-002: a DEGRADED state reloaded as {memory.health.value!r}"
         )
-        await anyio.sleep(0.01)
-    elapsed = time.monotonic() - started
-    attempts = sum(t >= started for t in scripted_summarizer.call_times)
+
+    attempts, elapsed = await _calls_while_reloading(reload, scripted_summarizer, loaded)
     assert attempts <= elapsed / interval + 1, (
         f"HLT-006: {attempts} recovery attempts in {elapsed:.2f}s of reloading a DEGRADED "
         f"state, with degraded_retry_interval_s={interval}: a load must not make one due"
@@ -591,12 +606,11 @@ async def test_reloading_a_state_saved_recovering_brings_no_attempt_sooner(
         lambda: memory.health.value == "degraded",
         what="HLT-006: DEGRADED after a failed attempt (precondition)",
     )
-    started = time.monotonic()
-    for _ in range(10):
+
+    async def reload() -> None:
         memory.from_dict(recovering)
-        await anyio.sleep(0.01)
-    elapsed = time.monotonic() - started
-    attempts = sum(t >= started for t in scripted_summarizer.call_times)
+
+    attempts, elapsed = await _calls_while_reloading(reload, scripted_summarizer, lambda: None)
     assert attempts <= elapsed / interval + 1, (
         f"HLT-006: {attempts} recovery attempts in {elapsed:.2f}s of loading a state saved "
         f"RECOVERING, with degraded_retry_interval_s={interval}: a load must not make one due"
@@ -633,15 +647,14 @@ async def test_reloading_a_retry_state_brings_no_retry_sooner(
         lambda: memory.health.value == "retry", what="HLT-002: RETRY after a failure (precondition)"
     )
     reload = _reloader(memory, via, stm_store, stm_provider.key_for_storage(key))
-    started = time.monotonic()
-    for _ in range(10):
-        await reload()
+
+    def loaded() -> None:
         assert memory.health.value == "retry", (
             f"SER-002: a RETRY state reloaded as {memory.health.value!r}"
         )
-        await anyio.sleep(0.01)
-    elapsed = time.monotonic() - started
-    retries = sum(t >= started for t in scripted_summarizer.call_times)
+
+    started = time.monotonic()
+    retries, elapsed = await _calls_while_reloading(reload, scripted_summarizer, loaded)
     assert retries <= elapsed / base + 1, (
         f"HLT-002: {retries} retries in {elapsed:.2f}s of reloading a RETRY state, with "
         f"retry_backoff_base_s={base}: a load must not make a retry due"
