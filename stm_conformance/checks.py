@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 import anyio
@@ -46,6 +46,7 @@ __all__ = [
     "turn",
     "turn_json",
     "users",
+    "view_tokens",
 ]
 
 #: ``@pytest.mark.parametrize("strategy", EITHER_STRATEGY)``: a check run once per strategy
@@ -168,6 +169,13 @@ async def hide_every_pending_turn(memory: Any) -> None:
         )
 
 
+def view_tokens(config: ShortTermMemoryConfig, context: Mapping[str, Any]) -> int:
+    """The tokens the spec counts in ``context`` (a ``get_llm_context()``) under
+    ``config``: its ``token_estimator``, or the default one, on the canonical JSON
+    (BUD-008)."""
+    return (config.token_estimator or default_token_estimator)(canonical_json(context))
+
+
 async def memory_view(memory: Any) -> dict[str, Any]:
     """The ``conversation_memory`` part of the view (``{}`` when absent).
 
@@ -187,7 +195,7 @@ async def memory_view(memory: Any) -> dict[str, Any]:
             )
         limit = cfg.budget.total_max_tokens
         if limit and cfg.budget.overflow_policy != "error":
-            tokens = (cfg.token_estimator or default_token_estimator)(canonical_json(ctx))
+            tokens = view_tokens(cfg, ctx)
             if tokens > limit:
                 raise AssertionError(
                     f"BUD-001: the view has {tokens} tokens, total_max_tokens={limit}"

@@ -21,7 +21,6 @@ from stm_conformance import ScriptedSummarizer
 from stm_conformance._deadline import noting_callers
 from stm_conformance.checks import (
     EITHER_STRATEGY,
-    canonical_json,
     config,
     eventually,
     json_state,
@@ -30,6 +29,7 @@ from stm_conformance.checks import (
     state_text,
     turn,
     users,
+    view_tokens,
 )
 from stm_conformance.contract import (
     ConversationTurn,
@@ -69,8 +69,7 @@ async def _assert_observed_as(memory: Any, expected: tuple[str, str, int], what:
         return
     cfg = getattr(memory, "_stm_config", None)
     if observed[:2] == expected[:2] and isinstance(cfg, ShortTermMemoryConfig):
-        ctx = json.loads(observed[0])
-        measured = (cfg.token_estimator or default_token_estimator)(canonical_json(ctx))
+        measured = view_tokens(cfg, json.loads(observed[0]))
         if observed[2] != measured and expected[2] == measured:
             raise AssertionError(
                 f"BUD-008: estimate_tokens()={observed[2]} after the load, but the configured "

@@ -62,6 +62,16 @@ def _switch(module: Any, name: str, mutated: Callable[..., Any]) -> contextvars.
     return active
 
 
+@contextlib.contextmanager
+def _on(active: contextvars.ContextVar[bool]) -> Iterator[None]:
+    """The mutated function inside the block (and tasks it starts)."""
+    token = active.set(True)
+    try:
+        yield
+    finally:
+        active.reset(token)
+
+
 def own_memory_only(
     module: Any, name: str, mutated: Callable[..., Any]
 ) -> type[DefaultShortTermMemory]:
@@ -73,11 +83,8 @@ def own_memory_only(
 
     class OwnMemory(DefaultShortTermMemory):
         async def add_turn(self, turn: ConversationTurn) -> None:
-            token = active.set(True)
-            try:
+            with _on(active):
                 await super().add_turn(turn)
-            finally:
-                active.reset(token)
 
     return OwnMemory
 
@@ -189,17 +196,11 @@ def own_loads_only(
 
     class OwnLoads(DefaultShortTermMemory):
         def from_dict(self, state: Mapping[str, Any]) -> None:
-            token = active.set(True)
-            try:
+            with _on(active):
                 super().from_dict(state)
-            finally:
-                active.reset(token)
 
         async def afrom_dict(self, state: Mapping[str, Any]) -> None:
-            token = active.set(True)
-            try:
+            with _on(active):
                 await super().afrom_dict(state)
-            finally:
-                active.reset(token)
 
     return OwnLoads
