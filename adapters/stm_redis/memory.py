@@ -258,6 +258,10 @@ class RedisShortTermMemory:
         self._handoff: tuple[_Snapshot, str, float] | None = None
         self._changed = asyncio.Event()
         self._closed = False
+        #: Calls of the protocol under way (:meth:`_enter`): ``aclose()`` waits for them
+        #: before closing the client, so that none loses its connection halfway.
+        self._calls = 0
+        self._calls_ended = asyncio.Event()
         self._saves = Saves()
         #: Summarizer calls given up on that have not ended yet (``aclose`` waits for them).
         self._abandoned: set[asyncio.Task[Any]] = set()
@@ -305,8 +309,13 @@ class RedisShortTermMemory:
             RedisMemoryError: Redis refused the operation; nothing was written.
             TypeError: ``turn`` is malformed. RuntimeError: the memory was closed.
         """
-        if self._closed:
-            raise RuntimeError("add_turn on a closed memory")
+        self._enter("add_turn")
+        try:
+            await self._add_turn(turn, turn_id)
+        finally:
+            self._leave()
+
+    async def _add_turn(self, turn: ConversationTurn, turn_id: str | None) -> None:
         check_turn(turn)
         check_turn_id(turn_id, "turn_id")
         if self._config.strategy == "none":
@@ -347,8 +356,9 @@ class RedisShortTermMemory:
                     del self._lost_writes[next(iter(self._lost_writes))]
             raise
         if self._closed:
-            # aclose() ran while the write was in flight: the turn is stored, but the
-            # callbacks are closed, and a lease the write took is nobody's to use.
+            # aclose() began while the write was in flight (it waits for this call): the
+            # turn is stored, but no callback is delivered any more, and a lease the
+            # write took is nobody's to use.
             await self._release_handoff()
             return
         if status == "ok":
@@ -359,10 +369,19 @@ class RedisShortTermMemory:
             self._wake()
 
     async def get_llm_context(self) -> Mapping[str, Any]:
-        """The patch to merge into ``llm_context``, read in one round trip."""
-        if self._config.strategy == "none":
-            return {}
-        snap = await self._refresh()
+        """The patch to merge into ``llm_context``, read in one round trip.
+
+        Raises:
+            RuntimeError: the memory was closed (its view may be stale: it reads Redis no
+                more).
+        """
+        self._enter("get_llm_context")
+        try:
+            if self._config.strategy == "none":
+                return {}
+            snap = await self._refresh()
+        finally:
+            self._leave()
         if watermark.waiting(snap.state):
             # Work waits, maybe for a retry or recovery nobody else will make (the
             # instance whose call failed has gone): this one's worker sees to it
@@ -384,9 +403,19 @@ class RedisShortTermMemory:
         Raises:
             RuntimeError: this instance's summarizer worker crashed (a bug; it is logged),
                 rather than start it again and again. The next call starts a new worker.
+
+        On a closed memory, or once ``aclose()`` begins, it returns: nothing waits for
+        this instance's summarizer any more.
         """
         if self._config.strategy != "rolling_summary" or self._closed:
             return
+        self._enter("flush")
+        try:
+            await self._flush()
+        finally:
+            self._leave()
+
+    async def _flush(self) -> None:
         snap = await self._refresh()
         if not snap.state.pending:
             return
@@ -408,16 +437,28 @@ class RedisShortTermMemory:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._poll_s):
                     await changed.wait()
+            if self._closed:  # aclose() wakes this wait and waits for this call to end
+                return
             snap = await self._refresh()
 
     # -- lifecycle -----------------------------------------------------------------------
 
     async def aclose(self) -> None:
         """Stop background work (CON-003), write a pending ``from_dict``, release the lease
-        (when held) and close the client if this memory owns it. Idempotent."""
+        (when held) and close the client if this memory owns it. Idempotent.
+
+        Calls under way end first, as they would have (an ``add_turn`` on the wire is
+        stored and returns; a ``flush()`` returns at once); calls made from then on,
+        except the synchronous accessors (``to_dict()``, ``estimate_tokens()``,
+        ``health``), raise ``RuntimeError``: a closed memory reads and writes Redis no
+        more.
+        """
         if self._closed:
             return
         self._closed = True
+        self._notify()  # a flush() waiting returns
+        if self._calls:
+            await self._calls_ended.wait()
         # A save of a persist whose caller was cancelled writes to Redis last: before the
         # client closes.
         await self._saves.wait()
@@ -447,6 +488,17 @@ class RedisShortTermMemory:
                 self._sync_client.close()
         self._notify()
 
+    def _enter(self, call: str) -> None:
+        """Count a call of the protocol under way; refuse it on a closed memory."""
+        if self._closed:
+            raise RuntimeError(f"{call} on a closed memory")
+        self._calls += 1
+
+    def _leave(self) -> None:
+        self._calls -= 1
+        if not self._calls and self._closed:
+            self._calls_ended.set()
+
     async def _release_handoff(self) -> None:
         """Release a lease a write took for a worker that will not use it."""
         handoff, self._handoff = self._handoff, None
@@ -468,7 +520,18 @@ class RedisShortTermMemory:
     async def clear(self) -> None:
         """Forget this session in Redis (turns, summary, health, turn ids), in two round
         trips (the script, then a read). A state given to ``from_dict`` before it and not
-        yet written is dropped; if the clear raises, it is kept, to be written."""
+        yet written is dropped; if the clear raises, it is kept, to be written.
+
+        Raises:
+            RuntimeError: the memory was closed.
+        """
+        self._enter("clear")
+        try:
+            await self._clear()
+        finally:
+            self._leave()
+
+    async def _clear(self) -> None:
         pending, rid = self._pending_doc, self._pending_rid
         self._pending_doc = None  # the clear comes after a from_dict made before it
         try:
@@ -487,10 +550,20 @@ class RedisShortTermMemory:
 
         A state given to ``from_dict`` and not yet written is written first: its turn ids
         replace those of the history it replaced.
+
+        Raises:
+            RuntimeError: the memory was closed.
         """
         if turn_id is None:
             raise TypeError("turn_id must be a str")
         check_turn_id(turn_id, "turn_id")
+        self._enter("turn_recorded")
+        try:
+            return await self._turn_recorded(turn_id)
+        finally:
+            self._leave()
+
+    async def _turn_recorded(self, turn_id: str) -> bool:
         await self._apply_replace()
         task, cancels = _cancels()
         try:
@@ -518,7 +591,13 @@ class RedisShortTermMemory:
         With a ``sync_client`` the new state is written before this returns. Without
         one, this instance shows it at once and writes it in the background, before its
         next call reaches Redis (``aclose()`` writes it too).
+
+        Raises:
+            RuntimeError: the memory was closed (or is closing): the state would never be
+                written.
         """
+        if self._closed:
+            raise RuntimeError("from_dict on a closed memory")
         self._replace(state, stored=False)
 
     async def persist(self, store: Any, key: str) -> None:
@@ -529,10 +608,17 @@ class RedisShortTermMemory:
 
         If Redis fails after the store saved, the error is raised, and the revision the
         store now holds is written to Redis first thing at the next ``persist``.
+
+        Raises:
+            RuntimeError: the memory was closed.
         """
         if not hasattr(store, "save_memory_state"):
             return
-        await self._saves.run(self._save_in_order(store, key))
+        self._enter("persist")
+        try:
+            await self._saves.run(self._save_in_order(store, key))
+        finally:
+            self._leave()
 
     async def _save_in_order(self, store: Any, key: str) -> None:
         # One save of this instance at a time, in call order, the revision read when its
@@ -566,9 +652,20 @@ class RedisShortTermMemory:
             self._unmarked = None
 
     async def hydrate(self, store: Any, key: str) -> None:
-        """Load through ``store.load_memory_state``; refuse another key's state (KEY-007)."""
+        """Load through ``store.load_memory_state``; refuse another key's state (KEY-007).
+
+        Raises:
+            RuntimeError: the memory was closed.
+        """
         if not hasattr(store, "load_memory_state"):
             return
+        self._enter("hydrate")
+        try:
+            await self._hydrate(store, key)
+        finally:
+            self._leave()
+
+    async def _hydrate(self, store: Any, key: str) -> None:
         data = await store.load_memory_state(key)
         if not saved_for(data, key):
             return

@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 from stm_redis import RedisShortTermMemory, RedisUnavailableError
 from stm_redis import memory as stm_memory
 from stm_redis.server import RedisServer
+from stm_stores import InMemoryStateStore
 
 from stm_conformance import ScriptedSummarizer
 from stm_conformance.checks import config, turn, users
@@ -146,3 +147,57 @@ async def test_aclose_releases_a_lease_its_cancelled_worker_was_taking(
     started = time.monotonic()
     await asyncio.wait_for(peer.flush(), 10)
     assert time.monotonic() - started < 5.0
+
+
+async def test_aclose_waits_for_an_add_turn_on_the_wire_and_then_refuses_calls(
+    redis_server: RedisServer, real_memories: MemoryFactory
+) -> None:
+    """CON-003: ``aclose()`` while an ``add_turn`` waits on a paused server. The call ends
+    as it would have (the turn stored, no error) before the memory closes the client it
+    owns under it; calls made after that raise ``RuntimeError`` without reaching Redis,
+    and ``from_dict`` is refused rather than shown and never written."""
+    cfg = config("truncation", full_zone_turns=5, total_max_tokens=0)
+    memory = real_memories(cfg)
+    await memory.add_turn(turn(0))
+    admin = Redis.from_url(redis_server.url)
+    try:
+        await admin.execute_command("CLIENT", "PAUSE", "400", "WRITE")
+        adding = asyncio.create_task(memory.add_turn(turn(1)))
+        await asyncio.sleep(0.1)
+        closing = asyncio.create_task(memory.aclose())
+        await asyncio.sleep(0.1)
+        assert not adding.done() and not closing.done(), "the server should still be paused"
+        await adding
+        await closing
+    finally:
+        await admin.aclose()
+    sent: list[Any] = []
+
+    async def record(*args: Any, **kwargs: Any) -> Any:
+        sent.append(args)
+        raise AssertionError("a closed memory sent a command")
+
+    memory._client.execute_command = record  # type: ignore[method-assign]
+    store = InMemoryStateStore()
+    calls = {
+        "add_turn": lambda: memory.add_turn(turn(2)),
+        "get_llm_context": memory.get_llm_context,
+        "clear": memory.clear,
+        "turn_recorded": lambda: memory.turn_recorded("t1"),
+        "persist": lambda: memory.persist(store, "k"),
+        "hydrate": lambda: memory.hydrate(store, "k"),
+    }
+    for name, call in calls.items():
+        with pytest.raises(RuntimeError, match=f"{name} on a closed memory"):
+            await call()
+    before = memory.to_dict()
+    with pytest.raises(RuntimeError, match="from_dict on a closed memory"):
+        memory.from_dict(before)
+    assert memory.to_dict() == before
+    await memory.flush()  # nothing to wait for: returns
+    assert not sent and await store.load_memory_state("k") is None
+    reader = real_memories(cfg)
+    assert users((await reader.get_llm_context())["conversation_memory"]["recent_turns"]) == [
+        "u0",
+        "u1",
+    ]
