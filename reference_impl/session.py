@@ -571,17 +571,25 @@ class MemoryRouter:
     async def flush(self, key: MemoryKey | None = None) -> None:
         """Wait for pending summaries of ``key`` (default: every held key) and save them.
 
+        A key being evicted or closed meanwhile is not held any more: this waits for its
+        final save to land (the eviction saves without waiting for summaries).
+
         Raises what a save raises (:class:`PersistConflictError`, store errors).
         """
         if key is not None and not isinstance(key, MemoryKey):
             raise TypeError(f"key must be a MemoryKey or None, not {type(key).__name__}")
         if key is not None:
-            slot = self._slots.get(key.composite())
+            composite = key.composite()
+            slot = self._slots.get(composite)
             slots = [] if slot is None else [slot]
+            retiring = [self._evicting[composite]] if composite in self._evicting else []
         else:
             slots = list(self._slots.values())
-        for slot in slots:
-            slot.check_not_owner("flush")
+            retiring = list(self._evicting.values())
+        for slot in [*slots, *(slot for slot, _ in retiring)]:
+            slot.check_not_owner("flush")  # a retirement waits for the caller's turn too
+        for _, retired in retiring:
+            await retired.wait()
         for slot in slots:
             slot.users += 1
             try:

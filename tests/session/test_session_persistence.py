@@ -673,3 +673,29 @@ async def test_a_bad_turn_id_is_refused_before_anything_is_recorded(bad: Any) ->
         await turn.finish("second", "ok", turn_id="good")
     assert [t["user_message"] for t in await _stored_turns(store)] == ["first", "second"]
     await router.aclose()
+
+
+async def test_flush_of_a_key_being_evicted_waits_for_its_final_save() -> None:
+    """A turn on another key evicts ``KEY`` while ``KEY``'s save is held: ``flush(KEY)``
+    and ``flush()`` return once the eviction's save has landed, not at once because the
+    key is no longer held."""
+    store = _GatedSaves()
+    router = MemoryRouter(_truncation(), store=store, max_memories=1)
+    await _finish(router, "a1")
+    store.holding = True
+    saving = asyncio.ensure_future(_finish(router, "a2"))
+    await store.entered.wait()
+    saving.cancel()  # its save goes on, held; the key is free to evict
+    with pytest.raises(asyncio.CancelledError):
+        await saving
+    evicting = asyncio.ensure_future(_finish(router, "b1", key=MemoryKey("t", "u", "other")))
+    for _ in range(20):  # it takes KEY off the list and waits for the save in flight
+        await asyncio.sleep(0)
+    assert KEY not in router.loaded_keys() and KEY.composite() in router._evicting
+    flushes = [asyncio.ensure_future(router.flush(KEY)), asyncio.ensure_future(router.flush())]
+    await asyncio.sleep(0.02)
+    assert not any(f.done() for f in flushes), "flush returned before the eviction's save"
+    store.gate.set()
+    await asyncio.gather(evicting, *flushes)
+    assert await _stored_users(store) == ["a1", "a2"]
+    await router.aclose()

@@ -457,8 +457,8 @@ async def test_reentering_the_same_key_from_inside_a_turn_fails_fast() -> None:
 
 async def test_reentering_a_key_another_aclose_is_retiring_fails_fast() -> None:
     """Another task's ``aclose()`` takes the key off the router's list and waits for the
-    turn in progress to end: from inside that turn, an ``aclose()`` or a nested turn on
-    the key must fail fast too, not wait for the turn it is part of."""
+    turn in progress to end: from inside that turn, an ``aclose()``, a ``flush()`` or a
+    nested turn on the key must fail fast too, not wait for the turn it is part of."""
     router = _router()
     inside = asyncio.Event()
     outcomes: list[str] = []
@@ -469,7 +469,12 @@ async def test_reentering_a_key_another_aclose_is_retiring_fails_fast() -> None:
             inside.set()
             await asyncio.sleep(0.01)
             assert router._evicting, "the other aclose has the key off the list by now"
-            for attempt in (router.aclose, lambda: _say(router, "x", tool_context=_ctx("t"))):
+            attempts = (
+                router.aclose,
+                router.flush,  # waits for retirements: this one waits for this turn
+                lambda: _say(router, "x", tool_context=_ctx("t")),
+            )
+            for attempt in attempts:
                 try:
                     await attempt()
                 except RuntimeError as exc:
@@ -480,7 +485,11 @@ async def test_reentering_a_key_another_aclose_is_retiring_fails_fast() -> None:
     with anyio.fail_after(5):
         await asyncio.gather(running, router.aclose())
     # The nested turn meets a closed router first; either way, nothing waits on itself.
-    assert outcomes == ["aclose inside a turn on the same key would deadlock", "router is closed"]
+    assert outcomes == [
+        "aclose inside a turn on the same key would deadlock",
+        "flush inside a turn on the same key would deadlock",
+        "router is closed",
+    ]
 
 
 async def test_flush_saves_the_newest_summary_at_once() -> None:
