@@ -53,7 +53,7 @@ from .errors import RedisContentionError, RedisMemoryError, RedisUnavailableErro
 from .keys import DEFAULT_NAMESPACE, SessionKeys
 from .options import check_count, check_ms, check_seconds
 
-__all__ = ["DEFAULT_LEASE_TTL_S", "DEFAULT_TTL_S", "RedisShortTermMemory"]
+__all__ = ["CLOSE_GRACE_S", "DEFAULT_LEASE_TTL_S", "DEFAULT_TTL_S", "RedisShortTermMemory"]
 
 logger = logging.getLogger("stm_redis.memory")
 
@@ -79,6 +79,9 @@ _CLEAR = scripts.Lua.of(scripts.CLEAR)
 _OUTCOME_ATTEMPTS = 3
 #: How many turns whose write's reply was lost an instance remembers for their retry.
 _LOST_WRITES_KEPT = 1024
+#: How long ``aclose()`` waits for the calls under way to end before it closes the client
+#: under them anyway: a server that stopped answering must not keep a memory from closing.
+CLOSE_GRACE_S = 5.0
 
 _UNAVAILABLE = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError, TimeoutError)
 
@@ -448,7 +451,8 @@ class RedisShortTermMemory:
         (when held) and close the client if this memory owns it. Idempotent.
 
         Calls under way end first, as they would have (an ``add_turn`` on the wire is
-        stored and returns; a ``flush()`` returns at once); calls made from then on,
+        stored and returns; a ``flush()`` returns at once), or within
+        :data:`CLOSE_GRACE_S` (a server that does not answer); calls made from then on,
         except the synchronous accessors (``to_dict()``, ``estimate_tokens()``,
         ``health``), raise ``RuntimeError``: a closed memory reads and writes Redis no
         more.
@@ -458,7 +462,9 @@ class RedisShortTermMemory:
         self._closed = True
         self._notify()  # a flush() waiting returns
         if self._calls:
-            await self._calls_ended.wait()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CLOSE_GRACE_S):
+                    await self._calls_ended.wait()
         # A save of a persist whose caller was cancelled writes to Redis last: before the
         # client closes.
         await self._saves.wait()

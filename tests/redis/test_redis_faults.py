@@ -201,3 +201,29 @@ async def test_aclose_waits_for_an_add_turn_on_the_wire_and_then_refuses_calls(
         "u0",
         "u1",
     ]
+
+
+async def test_aclose_does_not_wait_for_a_server_that_stopped_answering(
+    redis_server: RedisServer, real_memories: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CON-003: a call whose server never answers does not keep ``aclose()`` from
+    returning: after ``CLOSE_GRACE_S`` it closes the client under the call, which then
+    fails with a typed error."""
+    monkeypatch.setattr(stm_memory, "CLOSE_GRACE_S", 0.2)
+    memory = real_memories(config("truncation", full_zone_turns=5, total_max_tokens=0))
+    await memory.add_turn(turn(0))
+    admin = Redis.from_url(redis_server.url)
+    try:
+        # The pause holds every client, this one's UNPAUSE too: as short as will do.
+        await admin.execute_command("CLIENT", "PAUSE", "1000", "ALL")
+        reading = asyncio.create_task(memory.get_llm_context())
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        await memory.aclose()
+        took = time.monotonic() - started
+        with pytest.raises(RedisUnavailableError):
+            await reading
+    finally:
+        await admin.execute_command("CLIENT", "UNPAUSE")
+        await admin.aclose()
+    assert 0.2 <= took < 0.9, f"aclose() took {took:.2f} s: it waited for the pause to end"
