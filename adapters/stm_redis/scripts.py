@@ -58,7 +58,10 @@ end
 # A state hash that does not exist (never written, or expired) starts its counters at the
 # server's clock in microseconds, above any value they had in an earlier life of the hash:
 # an instance that read the old one takes the new one for newer (``_adopt``), and a lease
-# or epoch of the old life never matches the new one.
+# or epoch of the old life never matches the new one. For the same reason a counter moves
+# on to at least that clock (``advance``): a server that rolls back (restarted from an
+# older snapshot, failed over to a lagging replica) goes on from older values, and must
+# not give out again a revision, fence or epoch an instance holds from before.
 _COUNTERS = """
 -- What HINCRBY takes and can add to: a decimal without leading zeros, at most 18 digits
 -- (far below 2^63). '007' or a 20-digit value would pass a looser check and then fail
@@ -88,6 +91,16 @@ local function born(cur)
   local base = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
   redis.call('HSET', KEYS[1], 'rev', base, 'fence', base, 'epoch', base)
   return {base, base, base}
+end
+-- The counter ``field`` one up, and at least the server's clock in microseconds (16
+-- digits, exact in Lua's doubles); its new value.
+local function advance(field)
+  local v = redis.call('HINCRBY', KEYS[1], field, 1)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if v >= now then return v end
+  redis.call('HSET', KEYS[1], field, string.format('%d', now))
+  return now
 end
 """
 
@@ -161,11 +174,11 @@ if string.sub(bump, 1, 5) == 'bump:' then
   replaced = pushed(ids, rid, REPLACEMENTS_KEPT)
 end
 cur = born(cur)
-local rev = redis.call('HINCRBY', KEYS[1], 'rev', 1)
+local rev = advance('rev')
 fence = cur[2]
 local epoch = cur[3]
 if replaced then
-  epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+  epoch = advance('epoch')
   redis.call('HSET', KEYS[1], 'replaced', replaced)
   redis.call('DEL', KEYS[2])
   for i = 4, #ARGV, 2 do redis.call('ZADD', KEYS[2], ARGV[i + 1], ARGV[i]) end
@@ -182,7 +195,7 @@ if ttl > 0 then
 end
 local leased = '0'
 if owner ~= '-' and redis.call('EXISTS', KEYS[3]) == 0 then
-  fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
+  fence = advance('fence')
   redis.call('SET', KEYS[3], owner .. '/' .. int(fence), 'PX', lease_ms)
   leased = '1'
 end
@@ -202,7 +215,7 @@ local cur = redis.call('HMGET', KEYS[1], 'rev', 'fence', 'epoch')
 local bad = corrupt(cur)
 if bad then return bad end
 born(cur)
-local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
+local fence = advance('fence')
 redis.call('SET', KEYS[3], ARGV[1] .. '/' .. int(fence), 'PX', ARGV[2])
 local ttl = tonumber(ARGV[3])
 if ttl > 0 then
@@ -250,9 +263,9 @@ born(cur)
 -- ``replaced`` stays: a replacement sent again after its reply was lost must not
 -- overwrite what came after it, the clear included.
 redis.call('HDEL', KEYS[1], 'doc', 'nb')
-redis.call('HINCRBY', KEYS[1], 'rev', 1)
-redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-redis.call('HINCRBY', KEYS[1], 'fence', 1)
+advance('rev')
+advance('epoch')
+advance('fence')
 redis.call('DEL', KEYS[2])
 local ttl = tonumber(ARGV[1])
 if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
