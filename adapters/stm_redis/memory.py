@@ -102,6 +102,8 @@ class _Snapshot:
     #: none yet). Carried by every write, so a snapshot read before the reply of an
     #: outcome's write shows whether it holds that outcome already (:meth:`_state`).
     outcome: str = ""
+    #: The server's clock (microseconds) when it read this state; 0: not known.
+    read_at: int = 0
 
 
 def _counter(value: Any) -> int:
@@ -776,28 +778,41 @@ class RedisShortTermMemory:
         return state, outcome
 
     def _snapshot(self, reply: Any) -> _Snapshot:
-        """A snapshot from a ``{status, rev, fence, epoch, nb, doc}`` reply."""
+        """A snapshot from a ``{status, rev, fence, epoch, nb, doc, now}`` reply."""
         try:
             rev, fence, epoch = (_counter(reply[i]) for i in (1, 2, 3))
             doc = _text(reply[5])
+            read_at = _counter(reply[6]) if len(reply) > 6 else 0
         except (ValueError, IndexError, TypeError) as exc:  # UnicodeDecodeError included
             raise RedisMemoryError(
                 f"stored state hash is corrupt: {type(exc).__name__}: {exc}",
                 key=self._keys.state,
             ) from exc
         state, outcome = self._decode(doc)
-        return _Snapshot(rev=str(rev), fence=fence, epoch=epoch, state=state, outcome=outcome)
+        return _Snapshot(
+            rev=str(rev), fence=fence, epoch=epoch, state=state, outcome=outcome, read_at=read_at
+        )
 
     def _adopt(self, snap: _Snapshot) -> None:
         """Keep the newest snapshot; a pending ``from_dict`` stays visible until written.
 
         Revision ``0`` is a session with no state hash (expired, say): newer than any
         state this instance saw. A hash made afresh starts its revisions above those of
-        its earlier life (``scripts._COUNTERS``)."""
+        its earlier life (``scripts._COUNTERS``).
+
+        A lower revision is an older read whose reply came late (replies on different
+        connections can overtake each other), unless the server read it after the time
+        the known revision stands for (a revision is at least the server's clock when
+        it was given out): then the server lost that revision, rolled back to an older
+        snapshot, and what it holds now is the state."""
         if self._pending_doc is not None:
             return
         current = self._snap
-        if current is None or snap.rev == "0" or int(snap.rev) >= int(current.rev):
+        if current is None or snap.rev == "0":
+            self._snap = snap
+            return
+        known = int(current.rev)
+        if int(snap.rev) >= known or snap.read_at > known > 0:
             self._snap = snap
 
     async def _script(
@@ -990,7 +1005,7 @@ class RedisShortTermMemory:
     async def _recorded_already(self, turn_id: str) -> bool:
         """:meth:`turn_recorded` before refusing a turn: a failure leaves it unknown."""
         try:
-            return await self.turn_recorded(turn_id)
+            return await self._turn_recorded(turn_id)  # part of a call already counted
         except RedisMemoryError as exc:
             exc.turn_id, exc.recorded = turn_id, None
             raise
@@ -1345,6 +1360,13 @@ class RedisShortTermMemory:
 
         def finish(latest: MemoryState) -> tuple[str | None, str, Transition]:
             if latest.health.degraded != batch.recovering:
+                raise _Stale
+            if latest.summarized_through >= batch.through or (
+                latest.recent and latest.recent[0].seq <= batch.through
+            ):
+                # Not a state the batch's turns wait in: covered already, or still recent
+                # (a server rolled back to before they were evicted). Installing would
+                # count recent turns as summarized.
                 raise _Stale
             if not batch.recovering:
                 # The call may have started on outcomes shown but not yet written (the

@@ -2,8 +2,9 @@
 
 Every script takes the same three keys (see :class:`stm_redis.keys.SessionKeys`):
 ``KEYS[1]`` the state hash, ``KEYS[2]`` the turn-id set, ``KEYS[3]`` the lease. Replies
-that carry the state are ``{status, rev, fence, epoch, nb, doc}``; a missing field reads
-as ``"0"`` (``""`` for ``doc``: no state yet). The replies of the hot path are one string
+that carry the state are ``{status, rev, fence, epoch, nb, doc, now}`` (``now``: the
+server's clock in microseconds as it read them); a missing field reads as ``"0"`` (``""``
+for ``doc``: no state yet). The replies of the hot path are one string
 of space-separated fields: a client parses one string faster than an array.
 """
 
@@ -48,7 +49,9 @@ class Lua:
 _STATE = """
 local function state(status)
   local v = redis.call('HMGET', KEYS[1], 'rev', 'fence', 'epoch', 'nb', 'doc')
-  return {status, v[1] or '0', v[2] or '0', v[3] or '0', v[4] or '0', v[5] or ''}
+  local t = redis.call('TIME')
+  local now = t[1] .. string.format('%06d', tonumber(t[2]))
+  return {status, v[1] or '0', v[2] or '0', v[3] or '0', v[4] or '0', v[5] or '', now}
 end
 """
 

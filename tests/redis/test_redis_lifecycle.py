@@ -1244,6 +1244,7 @@ async def test_nothing_given_out_before_a_rollback_is_given_out_again(
     seen = [int(v) for v in await client.hmget(a.redis_key, ["rev", "fence", "epoch"])]
     for k, dumped in zip(keys, snapshot, strict=True):  # the rollback: back to u0 alone
         await client.restore(k, 0, dumped, replace=True)
+    assert _recent(await a.get_llm_context()) == ["u0"], "a read shows what the server holds"
     for i in (3, 4):
         await b.add_turn(turn(i))
     assert _recent(await a.get_llm_context()) == ["u0", "u3", "u4"]
@@ -1252,4 +1253,46 @@ async def test_nothing_given_out_before_a_rollback_is_given_out_again(
     await b.clear()
     now = [int(v) for v in await client.hmget(a.redis_key, ["rev", "fence", "epoch"])]
     assert all(n > s for n, s in zip(now, seen, strict=True)), (seen, now)
+    await client.aclose()
+
+
+async def test_a_call_in_flight_across_a_rollback_installs_nothing_into_turns_still_recent(
+    fake_memories: MemoryFactory, fake_server: Any
+) -> None:
+    """The server rolls back to before a turn was evicted, while a summarizer call of it
+    runs. Its summary must not be installed into the rolled-back state, where the turn is
+    recent again: that would count a recent turn as summarized, a state no instance could
+    load any more."""
+    gate = asyncio.Event()
+    calls: list[list[str]] = []
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        calls.append(users(payload["turns"]))
+        if len(calls) == 1:
+            await gate.wait()
+        return {"summary": "S(" + ",".join(calls[-1]) + ")"}
+
+    cfg = config(full_zone_turns=2)
+    a = fake_memories(cfg, summarizer=summarizer, lease_ttl_s=1.0)
+    client = _raw(fake_server)
+    keys = (a._keys.state, a._keys.ids)
+    for i in (0, 1):
+        await a.add_turn(turn(i))
+    snapshot = [await client.dump(k) for k in keys]
+    for i in (2, 3):  # u0 is evicted: a call of it starts, held; then u1
+        await a.add_turn(turn(i))
+    for _ in range(200):
+        if calls:
+            break
+        await asyncio.sleep(0.01)
+    assert calls == [["u0"]], f"precondition: one call of the evicted turn, not {calls}"
+    for k, dumped in zip(keys, snapshot, strict=True):  # back to u0 and u1 recent
+        await client.restore(k, 0, dumped, replace=True)
+    await client.delete(a._keys.lease)
+    gate.set()
+    await asyncio.sleep(0.3)
+    reader = fake_memories(cfg, summarizer=summarizer)
+    view = (await reader.get_llm_context())["conversation_memory"]
+    assert users(view["recent_turns"]) == ["u0", "u1"] and "summary" not in view, view
+    assert _recent(await a.get_llm_context()) == ["u0", "u1"]
     await client.aclose()
