@@ -54,14 +54,16 @@ class CallbackQueue:
             except Exception:
                 logger.warning("%s callback raised; ignored", self._name, exc_info=True)
 
-    async def aclose(self) -> None:
+    async def aclose(self, *, closer: asyncio.Task[Any] | None = None) -> None:
         """Drop undelivered events, deliver no more, and stop the worker; a callback that
         ignores its cancellation is abandoned after :data:`CLOSE_GRACE_S` (CON-003). From
-        inside the queue's own callback, the worker ends when that callback returns."""
+        inside the queue's own callback (the current task, or ``closer``: the task that
+        asked a memory closing in a task of its own), the worker ends when that callback
+        returns."""
         self._closed = True
         self._events.clear()
         task, self._task = self._task, None
-        if task is asyncio.current_task():
+        if task is not None and task in (asyncio.current_task(), closer):
             return  # closed from inside its own callback: it ends when the callback returns
         if task is not None and not task.done():
             task.cancel()

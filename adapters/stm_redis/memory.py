@@ -79,8 +79,9 @@ _CLEAR = scripts.Lua.of(scripts.CLEAR)
 _OUTCOME_ATTEMPTS = 3
 #: How many turns whose write's reply was lost an instance remembers for their retry.
 _LOST_WRITES_KEPT = 1024
-#: How long ``aclose()`` waits for the calls under way to end before it closes the client
-#: under them anyway: a server that stopped answering must not keep a memory from closing.
+#: How long ``aclose()`` waits, in all, for what needs Redis's answer (the calls under way,
+#: a save, the worker releasing its lease) before it closes the client under them anyway:
+#: a server that stopped answering must not keep a memory from closing.
 CLOSE_GRACE_S = 5.0
 
 _UNAVAILABLE = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError, TimeoutError)
@@ -267,6 +268,9 @@ class RedisShortTermMemory:
         #: before closing the client, so that none loses its connection halfway.
         self._calls = 0
         self._calls_ended = asyncio.Event()
+        self._closing: asyncio.Task[None] | None = None
+        #: Set once ``aclose()`` is past the last command it sends: no command goes out.
+        self._client_closed = False
         self._saves = Saves()
         #: Summarizer calls given up on that have not ended yet (``aclose`` waits for them).
         self._abandoned: set[asyncio.Task[Any]] = set()
@@ -450,50 +454,84 @@ class RedisShortTermMemory:
 
     async def aclose(self) -> None:
         """Stop background work (CON-003), write a pending ``from_dict``, release the lease
-        (when held) and close the client if this memory owns it. Idempotent.
+        (when held) and close the client if this memory owns it. Idempotent: a second
+        call, or one made after a caller gave up waiting, waits for the same closing.
 
         Calls under way end first, as they would have (an ``add_turn`` on the wire is
-        stored and returns; a ``flush()`` returns at once), or within
-        :data:`CLOSE_GRACE_S` (a server that does not answer); calls made from then on,
+        stored and returns; a ``flush()`` returns at once); calls made from then on,
         except the synchronous accessors (``to_dict()``, ``estimate_tokens()``,
         ``health``), raise ``RuntimeError``: a closed memory reads and writes Redis no
-        more.
+        more. Whatever needs Redis's answer (the calls under way, a save, releasing the
+        lease, writing a pending ``from_dict``) is waited for :data:`CLOSE_GRACE_S` in
+        all; a server that has not answered by then does not keep the memory open.
         """
-        if self._closed:
-            return
-        self._closed = True
-        self._notify()  # a flush() waiting returns
+        closing = self._closing
+        if closing is None:
+            self._closed = True
+            self._notify()  # a flush() waiting returns
+            closing = self._closing = asyncio.get_running_loop().create_task(
+                self._close(asyncio.current_task()), name="stm-redis-close"
+            )
+        # In a task of its own: a caller that stops waiting (cancelled, or a task the
+        # closing itself ends, such as the summarizer's or a callback's) does not stop
+        # the closing half-way; the next aclose() waits for it.
+        await asyncio.shield(closing)
+
+    async def _close(self, closer: asyncio.Task[Any] | None) -> None:
+        deadline = asyncio.get_running_loop().time() + CLOSE_GRACE_S
+        answered = True
+
+        async def bounded(step: Callable[[], Awaitable[Any]], what: str) -> None:
+            """``step()``, unless Redis has not answered within the grace already."""
+            nonlocal answered
+            if not answered:
+                logger.warning("%s skipped: Redis did not answer while closing", what)
+                return
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await step()
+            except TimeoutError:
+                answered = False
+                logger.warning("%s: Redis did not answer within %ss", what, CLOSE_GRACE_S)
+            except RedisMemoryError as exc:
+                logger.warning("%s failed: %s", what, exc)
+
         if self._calls:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(CLOSE_GRACE_S):
-                    await self._calls_ended.wait()
+            await bounded(self._calls_ended.wait, "waiting for the calls under way")
         # A save of a persist whose caller was cancelled writes to Redis last: before the
         # client closes.
-        await self._saves.wait()
+        await bounded(self._saves.wait, "waiting for a save")
         tasks = [t for t in (self._worker, self._replace_task) if t is not None and not t.done()]
         self._worker = self._replace_task = None
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # A cancelled worker releases its lease on the way out.
+        await bounded(lambda: asyncio.gather(*tasks, return_exceptions=True), "stopping the worker")
         await wait_abandoned(self._abandoned)
         for queue in (self._on_turn, self._on_summary, self._on_health):
-            await queue.aclose()
-        await self._release_handoff()
+            await queue.aclose(closer=closer)  # a callback closing the memory returns
+        await bounded(self._release_handoff, "releasing a lease taken for the worker")
         if tasks:
             # A worker cancelled while its ACQUIRE was on the way may hold the lease under
             # a fence it never read: released here, or every other instance's next call
             # would wait out lease_ttl_s.
-            with contextlib.suppress(RedisMemoryError):
-                await self._script(_RELEASE_OWNED, [self._owner])
+            await bounded(
+                lambda: self._script(_RELEASE_OWNED, [self._owner]), "releasing the lease"
+            )
         if self._pending_doc is not None:
-            try:
-                await self._apply_replace()
-            except RedisMemoryError as exc:
-                logger.warning("state loaded by from_dict was not written: %s", exc)
-        if self._owns_client:
+            await bounded(self._apply_replace, "writing the state loaded by from_dict")
+        self._client_closed = True  # from here on no command is sent (a closed client
+        if self._owns_client:  # would open a new connection for it)
             await self._client.aclose()
             if self._sync_client is not None:
                 self._sync_client.close()
+        if not answered:
+            # What still waits on Redis fails now that the client is closed, or ends at a
+            # second cancellation (a client this memory does not own stays open).
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._saves.wait()
         self._notify()
 
     def _enter(self, call: str) -> None:
@@ -573,6 +611,8 @@ class RedisShortTermMemory:
 
     async def _turn_recorded(self, turn_id: str) -> bool:
         await self._apply_replace()
+        if self._client_closed:
+            raise RuntimeError("a closed memory sends no command to Redis")
         task, cancels = _cancels()
         try:
             score = await self._client.zscore(self._keys.ids, turn_id)
@@ -829,6 +869,8 @@ class RedisShortTermMemory:
         A lost reply leaves a write's outcome unknown (``recorded=None``); a refused script
         wrote nothing (``recorded=False``).
         """
+        if self._client_closed:
+            raise RuntimeError("a closed memory sends no command to Redis")
         self.round_trips += 1
         keys = self._key_bytes if keys is None else keys
         # ``execute_command`` directly: ``Script.__call__`` costs as much again per call.
@@ -1028,6 +1070,8 @@ class RedisShortTermMemory:
         doc = self._encode(state)
         rid = os.urandom(8).hex()
         if self._sync_commit is not None:
+            if self._client_closed:
+                raise RuntimeError("a closed memory sends no command to Redis")
             self.round_trips += 1
             asked = time.monotonic()
             try:

@@ -227,3 +227,41 @@ async def test_aclose_does_not_wait_for_a_server_that_stopped_answering(
         await admin.execute_command("CLIENT", "UNPAUSE")
         await admin.aclose()
     assert 0.2 <= took < 0.9, f"aclose() took {took:.2f} s: it waited for the pause to end"
+
+
+async def test_aclose_with_the_worker_and_a_save_under_way_does_not_wait_for_a_silent_server(
+    redis_server: RedisServer, real_memories: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CON-003: the grace bounds everything ``aclose()`` waits on Redis for (a save under
+    way, the worker releasing its lease), not only the calls under way: with the server
+    paused, it returns after ``CLOSE_GRACE_S`` and leaves no task running."""
+    monkeypatch.setattr(stm_memory, "CLOSE_GRACE_S", 0.2)
+    started = asyncio.Event()
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        started.set()
+        await asyncio.sleep(30)
+        return {"summary": "x"}
+
+    memory = real_memories(
+        config(full_zone_turns=1, summarizer_timeout_s=60), summarizer=summarizer
+    )
+    for i in range(3):
+        await memory.add_turn(turn(i))
+    await asyncio.wait_for(started.wait(), 5)
+    admin = Redis.from_url(redis_server.url)
+    try:
+        await admin.execute_command("CLIENT", "PAUSE", "1000", "ALL")
+        saving = asyncio.create_task(memory.persist(InMemoryStateStore(), "k"))
+        await asyncio.sleep(0.05)
+        began = time.monotonic()
+        await memory.aclose()
+        took = time.monotonic() - began
+        left = [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("stm-")]
+        with pytest.raises((RedisUnavailableError, RuntimeError)):
+            await saving
+    finally:
+        await admin.execute_command("CLIENT", "UNPAUSE")
+        await admin.aclose()
+    assert 0.2 <= took < 0.9, f"aclose() took {took:.2f} s: it waited for the pause to end"
+    assert left == [], f"tasks of the memory running after aclose(): {left}"

@@ -18,7 +18,13 @@ from stm_redis import RedisMemoryError, RedisShortTermMemory, RedisStateStore
 from stm_redis import memory as stm_memory
 from stm_stores import InMemoryStateStore
 
-from reference_impl import ConversationTurn, MemoryBudget, MemoryKey, ShortTermMemoryConfig
+from reference_impl import (
+    ConversationTurn,
+    MemoryBudget,
+    MemoryBudgetExceeded,
+    MemoryKey,
+    ShortTermMemoryConfig,
+)
 from reference_impl.store import CorruptStateError, StaleStateError, StateStoreError
 from stm_conformance import ScriptedSummarizer
 from stm_conformance.checks import config, turn, users
@@ -1296,3 +1302,128 @@ async def test_a_call_in_flight_across_a_rollback_installs_nothing_into_turns_st
     assert users(view["recent_turns"]) == ["u0", "u1"] and "summary" not in view, view
     assert _recent(await a.get_llm_context()) == ["u0", "u1"]
     await client.aclose()
+
+
+def _memory_tasks() -> list[str]:
+    return [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("stm-")]
+
+
+async def _summarizing(memories: MemoryFactory) -> RedisShortTermMemory:
+    """A memory whose worker is in a summarizer call that does not return."""
+    started = asyncio.Event()
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        started.set()
+        await asyncio.sleep(30)
+        return {"summary": "x"}
+
+    memory = memories(config(full_zone_turns=1, summarizer_timeout_s=60), summarizer=summarizer)
+    for i in range(3):
+        await memory.add_turn(turn(i))
+    await asyncio.wait_for(started.wait(), 5)
+    return memory
+
+
+class _SlowSaves(InMemoryStateStore):
+    async def save_memory_state_if(
+        self, key: str, state: Any, *, expected_revision: int | None
+    ) -> None:
+        await asyncio.sleep(0.3)
+        await super().save_memory_state_if(key, state, expected_revision=expected_revision)
+
+
+async def test_aclose_is_one_closing_however_often_and_however_interrupted(
+    fake_memories: MemoryFactory,
+) -> None:
+    """CON-003: a second ``aclose()`` while the first runs, or one after a caller gave up
+    waiting for the first, returns when the closing is over, not at once with the worker
+    still running."""
+    memory = await _summarizing(fake_memories)
+    first = asyncio.create_task(memory.aclose())
+    await asyncio.sleep(0)
+    await memory.aclose()
+    assert first.done() and _memory_tasks() == []
+    await first
+
+    memory = await _summarizing(fake_memories)
+    saving = asyncio.create_task(memory.persist(_SlowSaves(), "k"))
+    await asyncio.sleep(0.05)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(memory.aclose(), 0.05)
+    await memory.aclose()
+    assert saving.done() and _memory_tasks() == []
+    await saving  # the save ran to its end
+
+
+async def test_aclose_from_inside_a_callback_returns_and_closes(
+    fake_memories: MemoryFactory,
+) -> None:
+    """A callback that closes its memory gets ``aclose()``'s return, not the cancellation
+    of the callback task the closing stops; nothing of the memory runs on."""
+    outcome: list[str] = []
+    memory: RedisShortTermMemory | None = None
+
+    async def on_turn_added(t: ConversationTurn) -> None:
+        assert memory is not None
+        await memory.aclose()
+        outcome.append("returned")
+
+    memory = fake_memories(config("truncation", on_turn_added=on_turn_added))
+    await memory.add_turn(turn(0))
+    for _ in range(100):
+        if outcome:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    assert outcome == ["returned"] and _memory_tasks() == []
+
+
+async def test_an_add_turn_under_way_when_aclose_begins_is_refused_as_before(
+    fake_memories: MemoryFactory,
+) -> None:
+    """A call under way ends as it would have: an ``add_turn`` the ``error`` policy
+    refuses raises ``MemoryBudgetExceeded``, not the closing memory's ``RuntimeError`` for
+    the check it makes on the way (whether the turn was recorded already)."""
+    cfg = config(
+        "truncation",
+        full_zone_turns=5,
+        total_max_tokens=60,
+        summary_max_tokens=10,
+        overflow_policy="error",
+    )
+    memory = fake_memories(cfg)
+    adding = asyncio.create_task(memory.add_turn(turn(0, pad=1000)))
+    await asyncio.sleep(0)
+    closing = asyncio.create_task(memory.aclose())
+    with pytest.raises(MemoryBudgetExceeded):
+        await adding
+    await closing
+
+
+async def test_a_hydrate_outlasting_the_close_grace_writes_nothing(
+    fake_memories: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``aclose()`` gives up waiting for a ``hydrate`` whose store is slow: the hydrate
+    then fails with ``RuntimeError`` rather than write the state it loaded through the
+    closed memory (whose client would open a connection for it)."""
+
+    class SlowLoads(InMemoryStateStore):
+        async def load_memory_state(self, key: str) -> Any:
+            await asyncio.sleep(0.3)
+            return await super().load_memory_state(key)
+
+    monkeypatch.setattr(stm_memory, "CLOSE_GRACE_S", 0.05)
+    cfg = config("truncation", full_zone_turns=5)
+    source = fake_memories(cfg, namespace="elsewhere")  # the same key, other Redis keys
+    await source.add_turn(turn(7))
+    store = SlowLoads()
+    await source.persist(store, "k")
+    memory = fake_memories(cfg)
+    await memory.add_turn(turn(0))
+    hydrating = asyncio.create_task(memory.hydrate(store, "k"))
+    await asyncio.sleep(0.01)
+    await memory.aclose()
+    with pytest.raises(RuntimeError, match="closed memory"):
+        await hydrating
+    reader = fake_memories(cfg)
+    assert _recent(await reader.get_llm_context()) == ["u0"]
