@@ -245,6 +245,9 @@ class _Slot:
     saving: asyncio.Task[None] | None = None
     #: The task inside a turn on this key; re-locking from it would deadlock.
     owner: asyncio.Task[Any] | None = None
+    #: What the retirement (eviction or close) of this slot raised, for a ``flush`` that
+    #: waited for it; the retiring caller gets it too.
+    retire_error: Exception | None = None
 
     def check_not_owner(self, action: str) -> None:
         if self.owner is not None and self.owner is asyncio.current_task():
@@ -572,7 +575,8 @@ class MemoryRouter:
         """Wait for pending summaries of ``key`` (default: every held key) and save them.
 
         A key being evicted or closed meanwhile is not held any more: this waits for its
-        final save to land (the eviction saves without waiting for summaries).
+        final save to land (the eviction saves without waiting for summaries), and raises
+        what that save raised.
 
         Raises what a save raises (:class:`PersistConflictError`, store errors).
         """
@@ -588,8 +592,10 @@ class MemoryRouter:
             retiring = list(self._evicting.values())
         for slot in [*slots, *(slot for slot, _ in retiring)]:
             slot.check_not_owner("flush")  # a retirement waits for the caller's turn too
-        for _, retired in retiring:
+        for retiring_slot, retired in retiring:
             await retired.wait()
+            if retiring_slot.retire_error is not None:
+                raise retiring_slot.retire_error
         for slot in slots:
             slot.users += 1
             try:
@@ -733,6 +739,9 @@ class MemoryRouter:
         async def retire() -> None:
             try:
                 await self._retire(slot, flush=flush)
+            except Exception as exc:
+                slot.retire_error = exc
+                raise
             finally:
                 del self._evicting[slot.composite]
                 event.set()

@@ -675,14 +675,15 @@ async def test_a_bad_turn_id_is_refused_before_anything_is_recorded(bad: Any) ->
     await router.aclose()
 
 
-async def test_flush_of_a_key_being_evicted_waits_for_its_final_save() -> None:
+@pytest.mark.parametrize("failing", [False, True], ids=["lands", "fails"])
+async def test_flush_of_a_key_being_evicted_waits_for_its_final_save(failing: bool) -> None:
     """A turn on another key evicts ``KEY`` while ``KEY``'s save is held: ``flush(KEY)``
     and ``flush()`` return once the eviction's save has landed, not at once because the
-    key is no longer held."""
+    key is no longer held, and raise what it raised when it failed."""
     store = _GatedSaves()
     router = MemoryRouter(_truncation(), store=store, max_memories=1)
     await _finish(router, "a1")
-    store.holding = True
+    store.holding, store.failing = True, failing
     saving = asyncio.ensure_future(_finish(router, "a2"))
     await store.entered.wait()
     saving.cancel()  # its save goes on, held; the key is free to evict
@@ -696,6 +697,12 @@ async def test_flush_of_a_key_being_evicted_waits_for_its_final_save() -> None:
     await asyncio.sleep(0.02)
     assert not any(f.done() for f in flushes), "flush returned before the eviction's save"
     store.gate.set()
-    await asyncio.gather(evicting, *flushes)
-    assert await _stored_users(store) == ["a1", "a2"]
+    await evicting  # an eviction that fails is logged, not raised into the turn
+    outcomes = await asyncio.gather(*flushes, return_exceptions=True)
+    if failing:
+        assert [type(o) for o in outcomes] == [StateStoreError, StateStoreError], outcomes
+        assert await _stored_users(store) == ["a1"] and router.stats.lost_turns == 1
+    else:
+        assert outcomes == [None, None]
+        assert await _stored_users(store) == ["a1", "a2"]
     await router.aclose()
