@@ -285,9 +285,55 @@ class MemoryDifferential(RuleBasedStateMachine):
             self.replayed += 1
             problem = self.model.check_call(calls[index], self.started_with.get(index))
             if problem is not None:
+                problem = self._stale_turns_skipped(calls[index]) or problem
                 self.step.problem = self.step.problem or self._after_reload(index, problem)
                 return
             self.model.install(calls[index], str(outputs[index]))
+
+    def _stale_outcomes(self) -> list[tuple[list[str], str]]:
+        """The turns and summary of each call ``from_dict`` made stale (in flight when it
+        replaced the state) that returned a summary: one the backend must not install."""
+        calls, outputs = self.summarizer.calls, self.summarizer.outputs
+        return [
+            (_users(calls[i].get("turns")), str(outputs[i]))
+            for i in sorted(self.discarded)
+            if i < len(outputs) and outputs[i] is not None
+        ]
+
+    def _stale_turns_skipped(self, payload: Mapping[str, Any]) -> tuple[str, str] | None:
+        """WM-004's, when a call leaves out the oldest turns waiting and those are the turns
+        a call ``from_dict`` made stale was sent: their summary went into the loaded state."""
+        assert self.model is not None
+        sent = _users(payload.get("turns"))
+        waiting = [t.rendered["user"] for t in self.model.batch()]
+        stale = {u for users, _ in self._stale_outcomes() for u in users}
+        skipped = 0
+        while skipped < len(waiting) and waiting[skipped] in stale:
+            skipped += 1
+        if not (skipped and sent and waiting[skipped : skipped + len(sent)] == sent):
+            return None
+        return "WM-004", (
+            f"a call was sent {sent}, leaving out {waiting[:skipped]}, which only a call in "
+            "flight when from_dict() replaced the state was sent: that call's outcome "
+            "belongs to the replaced state and must not change the loaded one"
+        )
+
+    def _stale_summary_shown(self, view: Any) -> tuple[str, str] | None:
+        """WM-004's, when the view shows (whole, or shortened to its newest text) the
+        summary of a call ``from_dict`` made stale instead of the spec's."""
+        assert self.model is not None
+        inner = dict(view).get("conversation_memory") or {}
+        shown = inner.get("summary") if isinstance(inner, Mapping) else None
+        if not isinstance(shown, str) or not shown or shown == self.model.summary:
+            return None
+        for users, summary in self._stale_outcomes():
+            if summary.endswith(shown) and not self.model.summary.endswith(shown):
+                return "WM-004", (
+                    f"the view shows the summary of a call (sent {users}) that was in flight "
+                    "when from_dict() replaced the state: its outcome belongs to the replaced "
+                    "state and must not change the loaded one"
+                )
+        return None
 
     def _after_reload(self, index: int, problem: tuple[str, str]) -> tuple[str, str]:
         """``problem`` with call ``index``, and the cause when an earlier call made since
@@ -803,12 +849,10 @@ class MemoryDifferential(RuleBasedStateMachine):
         # An add_turn that did not return explains whatever follows it; a flush that did
         # not return is judged after the view, which tells what it was waiting for.
         stuck = self.step.timeout if self.step.name in ("add_turn", "refuse") else None
-        found = (
-            self.step.problem
-            or stuck
-            or diagnose(self.model, view, health, tokens, self.step)
-            or self.step.timeout
-        )
+        found = self.step.problem or stuck
+        if found is None and (found := diagnose(self.model, view, health, tokens, self.step)):
+            found = self._stale_summary_shown(view) or found
+        found = found or self.step.timeout
         if found is not None:
             requirement, message = found
             # A refused operation that did not return is judged as its timeout says (a
