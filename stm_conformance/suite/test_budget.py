@@ -26,6 +26,7 @@ from stm_conformance.checks import (
     turn,
     turn_json,
     users,
+    view_tokens,
 )
 from stm_conformance.contract import (
     ConversationTurn,
@@ -641,6 +642,54 @@ async def test_truncate_summary_shortens_the_summary_first(make_memory):
     scripted_summarizer.release()
 
 
+@req("BUD-005")
+@cap("rolling_summary")
+async def test_a_summary_within_its_limit_is_shortened_when_the_view_needs_it(make_memory):
+    """A summary within ``summary_max_tokens`` can still be more than the view has room for
+    once turns come: ``truncate_summary`` shortens it then, to its newest text, and every
+    ``add_turn`` returns (shortening MUST terminate, whatever the summary's own limit)."""
+    gate = asyncio.Event()
+    calls = 0
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            await gate.wait()
+        return {"summary": "".join(f"fact {i}. " for i in range(50))[:400]}
+
+    cfg = config(
+        full_zone_turns=2,
+        summary_max_tokens=120,
+        total_max_tokens=200,
+        overflow_policy="truncate_summary",
+    )
+    memory = await make_memory(cfg, summarizer=summarizer)
+    try:
+        for i in range(3):
+            await memory.add_turn(turn(i, pad=100))
+        await returns_within(memory.flush(), what="WM-007: flush() of the first summary")
+        installed = (await memory_view(memory)).get("summary") or ""
+        if not installed:
+            raise PreconditionError("WM-007: flush() returned with no summary installed")
+        for i in range(3, 6):
+            await memory.add_turn(turn(i, pad=100))
+            view = await memory_view(memory)
+            summary = view.get("summary", "")
+            assert installed.endswith(summary), (
+                f"BUD-005: after u{i} the summary is {summary!r:.60}, not a tail of the one "
+                f"installed: shortening keeps its newest text"
+            )
+            tokens = view_tokens(cfg, {"conversation_memory": view})
+            assert tokens <= cfg.budget.total_max_tokens, (
+                f"BUD-005: after u{i} the view has {tokens} tokens, over total_max_tokens="
+                f"{cfg.budget.total_max_tokens}"
+            )
+        assert len(summary) < len(installed), "check setup: the summary was never shortened"
+    finally:
+        gate.set()
+
+
 @scenario("direction:accept", "direction:reject")
 @req("BUD-006")
 @pytest.mark.parametrize("strategy", EITHER_STRATEGY)
@@ -939,16 +988,20 @@ async def test_a_recovery_keeps_the_view_within_budget(make_memory):
 @scenario("direction:reject", "direction:accept", "bound:upper")
 @req("BUD-007")
 @cap("rolling_summary")
-async def test_a_summary_is_sized_with_the_configured_estimator(make_memory):
+@pytest.mark.parametrize("padding", ["", "\n  "], ids=["plain", "padded"])
+async def test_a_summary_is_sized_with_the_configured_estimator(make_memory, padding):
     """``summary_max_tokens`` counts with the memory's ``token_estimator``, here one token
     per character: a summary one character over the limit (9 tokens by the default
-    estimator) is a failed call, and the retry's summary of exactly the limit is installed."""
+    estimator) is a failed call, and the retry's summary of exactly the limit is installed.
+    Whitespace around a summary is part of it: it is measured, not stripped first."""
     limit = 30
     calls: list[Any] = []
+    over = "s" * (limit + 1 - 2 * len(padding))
+    first = padding + over + padding  # limit + 1 characters
 
     async def summarizer(payload: Any) -> dict[str, str]:
         calls.append(payload)
-        return {"summary": "s" * (limit + 1 if len(calls) == 1 else limit)}
+        return {"summary": first if len(calls) == 1 else "s" * limit}
 
     cfg = config(
         full_zone_turns=1,
@@ -971,8 +1024,9 @@ async def test_a_summary_is_sized_with_the_configured_estimator(make_memory):
     view = await memory_view(memory)
     assert len(calls) > 1 or "summary" not in view, (
         f"BUD-007: with token_estimator=len and summary_max_tokens={limit}, the first call's "
-        f"summary of {limit + 1} characters was installed as {view['summary']!r:.60}: one "
-        f"over the limit by the configured estimator is a failed call, not one to cut to size"
+        f"summary of {limit + 1} characters ({first!r}) was installed as "
+        f"{view['summary']!r:.60}: one over the limit by the configured estimator is a "
+        f"failed call, not one to cut to size{', nor to strip' if padding else ''}"
     )
     await eventually(
         lambda: len(calls) > 1,

@@ -18,8 +18,9 @@ from stm_conformance.checks import (
     memory_view,
     returns_within,
     turn,
+    users,
 )
-from stm_conformance.contract import MemoryKey
+from stm_conformance.contract import MemoryKey, default_token_estimator
 from stm_conformance.fixtures import PreconditionError
 
 pytestmark = [pytest.mark.stm_capability("callbacks")]
@@ -262,6 +263,57 @@ async def test_a_recovery_reports_the_summary_it_replaces(
         f"CB-002: the recovery's summary was reported as replacing {old!r}, not the summary "
         f"installed before it, {first!r}"
     )
+
+
+@req("CB-002")
+@pytest.mark.stm_capability("rolling_summary")
+async def test_a_summary_the_budget_shortens_is_not_reported_again(
+    make_memory, recording_callbacks
+):
+    """Under ``truncate_summary`` the budget shortens the installed summary as turns come
+    (BUD-005). That installs no summary: ``on_summary_updated`` reports the one summary
+    the summarizer made, once, and not each shortening of it."""
+    gate = asyncio.Event()
+    calls = 0
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            await gate.wait()  # no second summary: what changes the summary is the budget
+        return {"summary": "s" * 400}
+
+    cfg = config(
+        full_zone_turns=2,
+        summary_max_tokens=120,
+        total_max_tokens=200,
+        overflow_policy="truncate_summary",
+        **recording_callbacks.config_kwargs(),
+    )
+    memory = await make_memory(cfg, summarizer=summarizer)
+    try:
+        for i in range(3):
+            await memory.add_turn(turn(i, pad=100))
+        await returns_within(memory.flush(), what="WM-007: flush() of the first summary")
+        installed = (await memory_view(memory)).get("summary")
+        for i in range(3, 6):
+            await memory.add_turn(turn(i, pad=100))
+        shortened = (await memory_view(memory)).get("summary") or ""
+        if not installed or len(shortened) >= len(installed):
+            raise PreconditionError(
+                f"BUD-005: three turns over the budget left the summary of {len(installed or '')}"
+                f" characters at {len(shortened)}, not shortened"
+            )
+        await recording_callbacks.wait_for("summaries", 1)
+        await recording_callbacks.settle()
+        reported = [(len(old), len(new)) for old, new in recording_callbacks.summaries]
+        assert reported == [(0, len(installed))], (
+            f"CB-002: one summary installed ({len(installed)} characters), then shortened by "
+            f"the budget to {len(shortened)}; on_summary_updated reported (old, new) lengths "
+            f"{reported}: a shortening installs no summary"
+        )
+    finally:
+        gate.set()
 
 
 @req("CB-002")
@@ -519,3 +571,53 @@ async def test_slow_summary_and_health_callbacks_never_delay_flush(
             await slow.wait_for(attr, 1)
         except TimeoutError as exc:
             raise AssertionError(f"{rule}: {exc} (precondition)") from exc
+
+
+@req("CB-001")
+@pytest.mark.stm_capability("truncation")
+async def test_a_turn_stored_while_the_estimator_raises_is_reported_once(make_memory):
+    """The configured ``token_estimator`` raising while a turn is added: a memory may store
+    the turn (and raise), or refuse it, but it reports what it stored, each turn once and
+    in order."""
+    failing = False
+
+    def estimator(text: str) -> int:
+        if failing:
+            raise RuntimeError("the estimator's service is down")
+        return default_token_estimator(text)
+
+    reported: list[str] = []
+
+    async def on_turn_added(t: Any) -> None:
+        reported.append(t.user_message)
+
+    cfg = config(
+        "truncation",
+        full_zone_turns=5,
+        total_max_tokens=100_000,
+        token_estimator=estimator,
+        on_turn_added=on_turn_added,
+    )
+    memory = await make_memory(cfg)
+    if memory.health.value != "healthy":  # a raising add_turn is judged as HLT-008's then
+        raise PreconditionError(f"HLT-001: a new truncation memory is {memory.health.value}")
+    await memory.add_turn(turn(0))
+    failing = True
+    try:
+        await memory.add_turn(turn(1))
+    except Exception:
+        pass
+    finally:
+        failing = False
+    await memory.add_turn(turn(2))
+    shown = users((await memory_view(memory)).get("recent_turns"))
+    if shown not in (["u0", "u1", "u2"], ["u0", "u2"]):
+        raise PreconditionError(f"STR-002: three turns added under truncation show {shown}")
+    # Delivered in order: once the last turn is reported, every one before it was.
+    await eventually(lambda: "u2" in reported, what="CB-001: the last turn reported")
+    await asyncio.sleep(0.02)  # a duplicate would come by now
+    assert reported == shown, (
+        f"CB-001: the estimator raised while u1 was added; the memory holds {shown} but "
+        f"on_turn_added reported {reported}: a stored turn is reported once, whatever the "
+        f"estimator did"
+    )

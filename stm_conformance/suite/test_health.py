@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -12,12 +13,15 @@ import pytest
 
 from stm_conformance import ScriptedSummarizer
 from stm_conformance.checks import (
+    HIDING_BUDGET,
     config,
     dropped_while_not_degraded,
     eventually,
+    hide_every_pending_turn,
     json_state,
     memory_view,
     patient,
+    returns_within,
     turn,
     users,
 )
@@ -777,6 +781,89 @@ async def test_a_retry_waits_its_backoff_from_the_failure(make_memory):
             f"HLT-002: retry {n} started {waited:.3f}s after call {n} failed; it is due "
             f"retry_backoff_base_s * 2**{n - 1} = {backoff}s after the failure"
         )
+
+
+def _pending_users_saved(memory: Any) -> set[str] | None:
+    """The users of the pending turns ``to_dict()`` records, when its format is one the kit
+    can read (a ``pending`` list of turn records with ``user_message``); ``None`` else."""
+    pending = memory.to_dict().get("pending")
+    if not isinstance(pending, list) or not all(
+        isinstance(t, dict) and isinstance(t.get("user_message"), str) for t in pending
+    ):
+        return None
+    return {t["user_message"].rstrip("x") for t in pending}
+
+
+@req("HLT-004")
+async def test_degrading_moves_the_pending_turns_the_budget_hides_to_the_backlog(make_memory):
+    """Pending turns the budget hides (BUD-004) are pending all the same: when the memory
+    degrades they move to the backlog with the others, and the recovery is sent them."""
+    gate = asyncio.Event()
+    sent: list[list[str]] = []
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        sent.append(users(payload.get("turns")))
+        if len(sent) == 1:
+            await gate.wait()
+            raise RuntimeError("the first call fails, after the turns were hidden")
+        return {"summary": "recovered"}
+
+    cfg = config(retry_attempts=0, degraded_retry_interval_s=0.1, **HIDING_BUDGET)
+    memory = await make_memory(cfg, summarizer=summarizer)
+    try:
+        await hide_every_pending_turn(memory)  # u0 (sent to call 1, held) and u1 hidden
+        kept = _pending_users_saved(memory)
+        if kept is not None and not {"u0", "u1"} <= kept:
+            raise PreconditionError(
+                f"WM-006: the budget hid u0 and u1, and to_dict() holds {sorted(kept)} "
+                "pending: they were deleted, not hidden"
+            )
+    finally:
+        gate.set()
+    await eventually(lambda: memory.health.value == "degraded", what="HLT-004: DEGRADED")
+    # A turn evicted while DEGRADED fills the backlog whatever became of the hidden ones,
+    # so that a recovery is due either way (HLT-006).
+    await memory.add_turn(turn(3))
+    try:
+        await eventually(lambda: len(sent) >= 2, what="a recovery attempt")
+    except AssertionError as exc:
+        raise PreconditionError(f"HLT-006: no recovery attempt came by itself: {exc}") from None
+    await eventually(lambda: memory.health.value == "healthy", what="HLT-006: HEALTHY again")
+    await returns_within(memory.flush(), what="WM-007: flush() once HEALTHY")
+    after = [u.rstrip("x") for call in sent[1:] for u in call]  # u2 is padded
+    if sorted(after) == ["u0", "u1", "u2"] and after != ["u0", "u1", "u2"]:
+        raise PreconditionError(f"WM-004: the backlog was sent out of order: {after}")
+    assert after == ["u0", "u1", "u2"], (
+        f"HLT-004: u0 and u1 were pending (hidden by the budget) when the memory degraded, "
+        f"u2 was evicted while DEGRADED; the calls since were sent {after}: pending "
+        f"turns move to the backlog, hidden or not"
+    )
+
+
+@scenario("bound:lower")
+@req("HLT-002")
+async def test_a_flush_in_retry_brings_no_retry_sooner(make_memory, scripted_summarizer):
+    """``flush()`` waits for the retry the memory schedules; it does not make it due. A
+    caller that flushes before each persist would otherwise turn the backoff into one
+    retry per flush against a summarizer that is failing."""
+    base = 0.5
+    cfg = config(full_zone_turns=1, retry_attempts=3, retry_backoff_base_s=base)
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_next(1)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await scripted_summarizer.wait_for_calls(1)
+    try:
+        await eventually(lambda: memory.health.value == "retry", what="RETRY")
+    except AssertionError as exc:
+        raise PreconditionError(f"HLT-002: a failed call did not move to RETRY: {exc}") from None
+    with anyio.move_on_after(base / 2):
+        await memory.flush()
+    calls = len(scripted_summarizer.calls)
+    assert calls == 1, (
+        f"HLT-002: a flush() in RETRY brought retry 1 within {base / 2}s of the failure; "
+        f"it is due retry_backoff_base_s = {base}s after it ({calls} calls)"
+    )
 
 
 @req("HLT-002", "HLT-008")

@@ -36,6 +36,9 @@ ADVERSARIAL_KEYS = {
     "astral-unicode": (("tenant", "user", "séssion-🦜"), ("tenant", "user", "séssion-🐧")),
     "nfc-nfd-twins": (("t", "u", "caf\u00e9"), ("t", "u", "cafe\u0301")),
     "case-twins": (("Tenant", "u", "s"), ("tenant", "u", "s")),
+    "user-case-twins": (("t", "Ann", "s"), ("t", "ann", "s")),
+    "session-case-twins": (("t", "u", "S"), ("t", "u", "s")),
+    "user-nfc-nfd-twins": (("t", "Zo\u00eb", "s"), ("t", "Zoe\u0308", "s")),
     "long-parts": (("t", "u", "x" * 1000), ("t", "u", "x" * 999)),
     "empty-vs-defaults": (("", "", "s"), ("default", "anonymous", "s")),
     "empty-parts-shift": (("", "ab", "s"), ("a", "b", "s")),
@@ -204,11 +207,25 @@ async def test_shared_store_keeps_keys_apart(make_memory, stm_provider, stm_stor
         ("T", "u", "a"),
         ("t", "U", "a"),
         ("t", "u", "A"),
+        ("t ", "u", "a"),
+        ("t", "\u00a0u", "a"),
+        ("t", "u", " a"),
     ],
-    ids=["session", "tenant", "user", "tenant-case", "user-case", "session-case"],
+    ids=[
+        "session",
+        "tenant",
+        "user",
+        "tenant-case",
+        "user-case",
+        "session-case",
+        "tenant-space",
+        "user-nbsp",
+        "session-space",
+    ],
 )
 async def test_from_dict_refuses_another_keys_state(make_memory, other):
-    """Keys that differ in any one part, case included, are other keys."""
+    """Keys that differ in any one part, case and surrounding whitespace included, are
+    other keys (KEY-002 keeps them apart in storage)."""
     cfg = config("truncation", full_zone_turns=3)
     a = await make_memory(cfg, key=MemoryKey("t", "u", "a"))
     await a.add_turn(turn(1))
@@ -467,13 +484,14 @@ def test_parts_are_stripped_strings_or_integers(stm_provider):
 @pytest.mark.parametrize("part", ["tenant_id", "user_id", "session_id"])
 @pytest.mark.parametrize(
     "value",
-    [{"id": "acme"}, ["acme"], SimpleNamespace(id="acme"), 1.0, True],
-    ids=["mapping", "list", "object", "float", "bool"],
+    [{"id": "acme"}, ["acme"], SimpleNamespace(id="acme"), 1.0, True, b"acme", bytearray(b"s")],
+    ids=["mapping", "list", "object", "float", "bool", "bytes", "bytearray"],
 )
 def test_a_part_of_another_type_resolves_nothing(stm_provider, part, value):
     """A dotted path that reaches a container (one level short) or a float or bool is a
     misconfiguration: the key does not resolve. A default in its place would give every
-    tenant (or user) that sends it one shared memory."""
+    tenant (or user) that sends it one shared memory. Bytes (a header value, an ASGI scope
+    field) are not text either: decoding them would guess an encoding."""
     resolve = _resolver(stm_provider)
     given = {"tenant_id": "t", "user_id": "u", "session_id": "s"}
     assert resolve(MemoryIsolation(), None, given) == MemoryKey("t", "u", "s"), (

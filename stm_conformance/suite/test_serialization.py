@@ -38,7 +38,7 @@ from stm_conformance.contract import (
     ShortTermMemoryConfig,
     default_token_estimator,
 )
-from stm_conformance.fixtures import CheckedMemory
+from stm_conformance.fixtures import CheckedMemory, PreconditionError
 from stm_conformance.store import ConditionalKitStateStore, KitStaleStateError
 
 req = pytest.mark.stm_requirement
@@ -461,6 +461,21 @@ def _malformed_variants(valid: dict[str, Any]) -> dict[str, dict[str, Any]]:
     found[f"the {first} turn numbered {seqs[1]}, after the {second} turn {seqs[0]}"] = edited(
         swapped
     )
+    # Where one list ends and the next begins: a loader that checks each list alone
+    # (rising within pending, rising within the turns) misses these.
+    edge = next((k for k in range(1, len(ordered)) if ordered[k][0] != ordered[k - 1][0]), 0)
+    if edge:
+        (older, j0), (newer, j1) = ordered[edge - 1], ordered[edge]
+
+        def crossed(state: dict[str, Any]) -> None:
+            state[older][j0]["seq"], state[newer][j1]["seq"] = seqs[edge], seqs[edge - 1]
+
+        found[f"the first {newer} turn numbered {seqs[edge - 1]}, as the last {older} turn"] = (
+            edited(lambda s: s[newer][j1].__setitem__("seq", seqs[edge - 1]))
+        )
+        found[f"the last {older} turn numbered {seqs[edge]}, above the first {newer} turn"] = (
+            edited(crossed)
+        )
     found[f"next_seq {seqs[-1]}, the newest turn's seq"] = edited(
         lambda s: s.__setitem__("next_seq", seqs[-1])
     )
@@ -647,6 +662,82 @@ async def test_round_trip_keeps_the_summary_verbatim(make_memory, summary):
         clone, expected, f"the summary {summary!r} does not survive from_dict(to_dict())"
     )
     held.release()
+
+
+@req("SER-002")
+@cap("rolling_summary")
+async def test_a_summary_degraded_memory_does_not_show_survives_a_round_trip(make_memory):
+    """A DEGRADED memory shows recent turns only (HLT-004), but it still has its summary:
+    the recovery is sent it as ``previous_summary``. A state saved then keeps it: the
+    restored memory's recovery is sent the summary a memory with the same history that
+    was never saved (the control) is sent, the one installed."""
+    failing = False
+
+    def recorder(payloads: list[Any]) -> Any:
+        async def summarizer(payload: Any) -> dict[str, str]:
+            payloads.append(payload)
+            if failing:
+                raise RuntimeError("the summarizer is down")
+            return {"summary": f"summary #{len(payloads)} of {users(payload.get('turns'))}"}
+
+        return summarizer
+
+    cfg = config(full_zone_turns=1, retry_attempts=0, degraded_retry_interval_s=0.2)
+    run = uuid.uuid4().hex[:8]
+    sent: dict[str, list[Any]] = {"control": [], "saved": []}
+    memories = {
+        name: await make_memory(
+            cfg, key=MemoryKey("t", "u", f"{name}-{run}"), summarizer=recorder(sent[name])
+        )
+        for name in sent
+    }
+    installed = {}
+    for name, memory in memories.items():
+        await memory.add_turn(turn(0))
+        await memory.add_turn(turn(1))
+        await memory.flush()
+        installed[name] = (await memory_view(memory)).get("summary")
+        if not installed[name]:
+            raise PreconditionError("WM-007: flush() returned with no summary installed")
+    failing = True
+    for memory in memories.values():
+        await memory.add_turn(turn(2))
+    try:
+        for memory in memories.values():
+            await eventually(lambda m=memory: m.health.value == "degraded", what="DEGRADED")
+    except AssertionError as exc:
+        raise PreconditionError(f"HLT-004: one failed call with retry_attempts=0: {exc}") from None
+    saved = memories["saved"]
+    restored = await make_memory(
+        cfg, key=MemoryKey("t", "u", f"saved-{run}"), summarizer=recorder(sent["saved"])
+    )
+    restored.from_dict(json_state(saved))
+    if hasattr(saved, "aclose"):
+        await saved.aclose()  # only the restored memory recovers
+    memories["saved"] = restored
+    seen = {name: len(payloads) for name, payloads in sent.items()}
+    failing = False
+    # A turn too: a backend that attempts recovery only when a turn comes (HLT-006's fault,
+    # checked elsewhere) is still judged on the summary it sends.
+    for memory in memories.values():
+        await memory.add_turn(turn(3))
+    try:
+        for name in sent:
+            await eventually(lambda n=name: len(sent[n]) > seen[n], what=f"{name}: a recovery")
+    except AssertionError as exc:
+        raise PreconditionError(f"HLT-006: no recovery attempt came: {exc}") from None
+    control = sent["control"][seen["control"]].get("previous_summary")
+    if control != installed["control"]:
+        raise PreconditionError(
+            f"WM-004: the recovery of a memory never saved was sent previous_summary="
+            f"{control!r}, not the summary installed, {installed['control']!r}"
+        )
+    got = sent["saved"][seen["saved"]].get("previous_summary")
+    assert got == installed["saved"], (
+        f"SER-002: the restored memory's recovery was sent previous_summary={got!r}; the "
+        f"memory saved had {installed['saved']!r} installed (DEGRADED does not show it, but "
+        f"keeps it, and the control memory's recovery was sent its own)"
+    )
 
 
 @req("SER-002")

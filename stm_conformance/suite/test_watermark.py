@@ -154,15 +154,18 @@ async def test_turns_evicted_during_a_call_stay_pending(make_memory):
 
 
 @req("WM-003")
-async def test_a_turn_equal_to_one_sent_evicted_during_the_call_stays_pending(make_memory):
-    """The same turn added again (a repeated "ok", the same timestamp) while the call for
-    the first runs is another turn: the install removes the turn sent, not its twin."""
+@pytest.mark.parametrize("again", ["equal", "same-object"])
+async def test_a_turn_equal_to_one_sent_evicted_during_the_call_stays_pending(make_memory, again):
+    """The same turn added again (a repeated "ok", the same timestamp; or the very same
+    object, re-recorded by a retried request) while the call for the first runs is another
+    turn: the install removes the turn sent, not its twin."""
     summarizer = GatedSummarizer()
     memory = await make_memory(config(full_zone_turns=1), summarizer=summarizer)
-    await memory.add_turn(turn(0))
+    first = turn(0)
+    await memory.add_turn(first)
     await memory.add_turn(turn(1))  # u0 evicted: call 1 is sent [u0]
     await eventually(lambda: len(summarizer.calls) == 1, what="first summarizer call")
-    await memory.add_turn(turn(0))  # u0 again: evicts u1
+    await memory.add_turn(first if again == "same-object" else turn(0))  # evicts u1
     await memory.add_turn(turn(2))  # evicts the second u0 while call 1 runs
     summarizer.release(0)
     await eventually(lambda: len(summarizer.calls) == 2, what="second summarizer call")
@@ -516,6 +519,45 @@ async def test_view_orders_pending_before_recent(make_memory, scripted_summarize
     order = [int(u[1:]) for u in users(view.get("pending_turns")) + users(view["recent_turns"])]
     assert order == sorted(order) and len(set(order)) == len(order), view
     assert view.get("summary"), "an installed summary must stay in the view"
+    scripted_summarizer.release()
+
+
+@req("WM-005")
+@pytest.mark.stm_capability("serialization")
+async def test_a_loaded_backlog_outside_degraded_is_shown_in_order(
+    make_memory, scripted_summarizer
+):
+    """A state in the reference format that records a backlog while HEALTHY (a writer
+    that kept it after a recovery) holds its oldest turns there: loaded, they are pending
+    like the others, and shown in order, oldest first."""
+    key = MemoryKey("t", "u", "backlog-outside-degraded")
+    cfg = config(full_zone_turns=2)
+    memory = await make_memory(cfg, key=key, summarizer=scripted_summarizer)
+    scripted_summarizer.hold()  # the evicted turns stay pending
+    for i in range(5):
+        await memory.add_turn(turn(i))
+    await scripted_summarizer.wait_for_calls(1)
+    state = json_state(memory)
+    if state.get("version") != 2 or state.get("health") != "healthy" or state.get("backlog"):
+        pytest.skip("the reference format (version 2) only")
+    if len(state["pending"]) < 2:
+        raise PreconditionError(f"WM-002: three evicted turns left {state['pending']} pending")
+    state["backlog"], state["pending"] = state["pending"][:1], state["pending"][1:]
+    quiet = ScriptedSummarizer()
+    quiet.hold()  # the loaded turns stay pending while the view is read
+    loaded = await make_memory(cfg, key=key, summarizer=quiet)
+    try:
+        loaded.from_dict(state)
+    except ValueError:
+        pytest.skip("the backend refuses a backlog outside DEGRADED")
+    view = await memory_view(loaded)
+    shown = users(view.get("pending_turns")) + users(view.get("recent_turns"))
+    assert shown == [f"u{i}" for i in range(5)], (
+        f"WM-005: a HEALTHY state with u0 in its backlog and u1, u2 pending shows "
+        f"{users(view.get('pending_turns'))} pending, then {users(view.get('recent_turns'))}: "
+        f"pending turns are shown oldest first"
+    )
+    quiet.release()
     scripted_summarizer.release()
 
 

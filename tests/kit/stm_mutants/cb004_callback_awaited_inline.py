@@ -24,10 +24,14 @@ class InlineCallbackMemory(DefaultShortTermMemory):
         self._on_turn = CallbackQueue("on_turn_added", None)  # the queue is bypassed ...
 
     async def add_turn(self, turn: ConversationTurn) -> None:
-        await super().add_turn(turn)
-        callback = self._config.on_turn_added
-        if callback is not None and self._config.strategy != "none":
-            await callback(turn)  # MUTATION: ... and the callback awaited inline
+        changes = self._changes
+        try:
+            await super().add_turn(turn)
+        finally:
+            # Stored (also when the estimator then raised): reported, as by the reference.
+            callback = self._config.on_turn_added
+            if callback is not None and self._changes != changes:
+                await callback(turn)  # MUTATION: ... and the callback awaited inline
 
 
 provider = mutant_provider("cb004-callback-awaited-inline", InlineCallbackMemory)

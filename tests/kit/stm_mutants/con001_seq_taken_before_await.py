@@ -48,11 +48,13 @@ class SeqBeforeAwaitMemory(DefaultShortTermMemory):
         if budget.overflow_policy == "error" and not self._budget.fits_after_add(state, entry):
             raise MemoryBudgetExceeded("turn would take the memory over total_max_tokens")
         watermark.admit(state, entry, config)
-        self._budget.enforce(state)
-        self._changes += 1
-        self._on_turn.emit(turn)
-        if config.strategy == "rolling_summary":
-            self._wake()
+        try:
+            self._budget.enforce(state)
+        finally:  # stored even when the estimator failed on the view, as by the reference
+            self._changes += 1
+            self._on_turn.emit(turn)
+            if config.strategy == "rolling_summary":
+                self._wake()
 
 
 provider = mutant_provider("con001-seq-taken-before-await", SeqBeforeAwaitMemory)

@@ -44,9 +44,11 @@ class TimestampOrderedMemory(DefaultShortTermMemory):
         state.recent = deque(sorted(state.recent, key=lambda e: e.turn.ts))
         while len(state.recent) > config.budget.full_zone_turns:
             watermark.evict_oldest_recent(state, config)
-        self._budget.enforce(state)
-        self._changes += 1
-        self._on_turn.emit(turn)
+        try:
+            self._budget.enforce(state)
+        finally:  # stored even when the estimator failed on the view, as by the reference
+            self._changes += 1
+            self._on_turn.emit(turn)
 
 
 provider = mutant_provider("str002-recent-ordered-by-ts", TimestampOrderedMemory)
