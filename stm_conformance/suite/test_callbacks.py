@@ -19,6 +19,7 @@ from stm_conformance.checks import (
     returns_within,
     turn,
     users,
+    view_tokens,
 )
 from stm_conformance.contract import MemoryKey, default_token_estimator
 from stm_conformance.fixtures import PreconditionError
@@ -295,7 +296,15 @@ async def test_a_summary_the_budget_shortens_is_not_reported_again(
         for i in range(3):
             await memory.add_turn(turn(i, pad=100))
         await returns_within(memory.flush(), what="WM-007: flush() of the first summary")
-        installed = (await memory_view(memory)).get("summary")
+        view = await memory_view(memory)
+        installed = view.get("summary")
+        # The budget the shortening follows is the view's (BUD-008), as for the budget's
+        # own checks: one that measures something else trims as it measures.
+        measured, spec = memory.estimate_tokens(), view_tokens(cfg, {"conversation_memory": view})
+        if measured != spec:
+            raise PreconditionError(
+                f"BUD-008: estimate_tokens()={measured}, estimator(view)={spec}"
+            )
         for i in range(3, 6):
             await memory.add_turn(turn(i, pad=100))
         shortened = (await memory_view(memory)).get("summary") or ""
