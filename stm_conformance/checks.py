@@ -31,12 +31,15 @@ from .model import render_turn
 __all__ = [
     "EITHER_STRATEGY",
     "HIDING_BUDGET",
+    "SHORTENING_BUDGET",
+    "OneSummary",
     "canonical_json",
     "concurrently",
     "config",
     "dropped_while_not_degraded",
     "eventually",
     "hide_every_pending_turn",
+    "install_one_summary_to_shorten",
     "json_state",
     "memory_view",
     "patient",
@@ -167,6 +170,50 @@ async def hide_every_pending_turn(memory: Any) -> None:
             f"after u2, not u2 alone, which fits: "
             "pending turns are hidden before a recent turn is evicted (precondition)"
         )
+
+
+#: ``config`` options under which :func:`install_one_summary_to_shorten`'s summary, within
+#: ``summary_max_tokens``, leaves no room for three more long turns: ``truncate_summary``
+#: must shorten it (BUD-005).
+SHORTENING_BUDGET: dict[str, Any] = {
+    "full_zone_turns": 2,
+    "summary_max_tokens": 120,
+    "total_max_tokens": 200,
+    "overflow_policy": "truncate_summary",
+}
+
+
+class OneSummary:
+    """A summarizer whose first call returns ``text`` (400 characters, about 100 tokens)
+    and whose later calls wait for :meth:`release`: once the first summary is in, what
+    changes it is the budget alone."""
+
+    def __init__(self) -> None:
+        self.text = "".join(f"fact {i}. " for i in range(50))[:400]
+        self.calls = 0
+        self._released = asyncio.Event()
+
+    async def __call__(self, payload: Any) -> dict[str, str]:
+        self.calls += 1
+        if self.calls > 1:
+            await self._released.wait()
+        return {"summary": self.text}
+
+    def release(self) -> None:
+        self._released.set()
+
+
+async def install_one_summary_to_shorten(memory: Any) -> dict[str, Any]:
+    """Add three long turns to ``memory`` (made with :data:`SHORTENING_BUDGET` and a
+    :class:`OneSummary`) and flush: the first summary is installed. Returns the view; each
+    long turn added from then on (``turn(i, pad=100)``) needs the summary shortened."""
+    for i in range(3):
+        await memory.add_turn(turn(i, pad=100))
+    await returns_within(memory.flush(), what="WM-007: flush() of the first summary")
+    view = await memory_view(memory)
+    if not view.get("summary"):
+        raise AssertionError("WM-007: flush() returned with no summary installed (precondition)")
+    return view
 
 
 def view_tokens(config: ShortTermMemoryConfig, context: Mapping[str, Any]) -> int:

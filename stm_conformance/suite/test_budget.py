@@ -15,9 +15,12 @@ import pytest
 from stm_conformance import ScriptedSummarizer
 from stm_conformance.checks import (
     EITHER_STRATEGY,
+    SHORTENING_BUDGET,
+    OneSummary,
     canonical_json,
     config,
     eventually,
+    install_one_summary_to_shorten,
     json_state,
     memory_view,
     returns_within,
@@ -648,30 +651,11 @@ async def test_a_summary_within_its_limit_is_shortened_when_the_view_needs_it(ma
     """A summary within ``summary_max_tokens`` can still be more than the view has room for
     once turns come: ``truncate_summary`` shortens it then, to its newest text, and every
     ``add_turn`` returns (shortening MUST terminate, whatever the summary's own limit)."""
-    gate = asyncio.Event()
-    calls = 0
-
-    async def summarizer(payload: Any) -> dict[str, str]:
-        nonlocal calls
-        calls += 1
-        if calls > 1:
-            await gate.wait()
-        return {"summary": "".join(f"fact {i}. " for i in range(50))[:400]}
-
-    cfg = config(
-        full_zone_turns=2,
-        summary_max_tokens=120,
-        total_max_tokens=200,
-        overflow_policy="truncate_summary",
-    )
+    summarizer = OneSummary()
+    cfg = config(**SHORTENING_BUDGET)
     memory = await make_memory(cfg, summarizer=summarizer)
     try:
-        for i in range(3):
-            await memory.add_turn(turn(i, pad=100))
-        await returns_within(memory.flush(), what="WM-007: flush() of the first summary")
-        installed = (await memory_view(memory)).get("summary") or ""
-        if not installed:
-            raise PreconditionError("WM-007: flush() returned with no summary installed")
+        installed = (await install_one_summary_to_shorten(memory))["summary"]
         for i in range(3, 6):
             await memory.add_turn(turn(i, pad=100))
             view = await memory_view(memory)
@@ -687,7 +671,7 @@ async def test_a_summary_within_its_limit_is_shortened_when_the_view_needs_it(ma
             )
         assert len(summary) < len(installed), "check setup: the summary was never shortened"
     finally:
-        gate.set()
+        summarizer.release()
 
 
 @scenario("direction:accept", "direction:reject")

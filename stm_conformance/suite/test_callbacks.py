@@ -12,8 +12,11 @@ import pytest
 from stm_conformance import RecordingCallbacks, ScriptedSummarizer
 from stm_conformance.checks import (
     EITHER_STRATEGY,
+    SHORTENING_BUDGET,
+    OneSummary,
     config,
     eventually,
+    install_one_summary_to_shorten,
     json_state,
     memory_view,
     returns_within,
@@ -274,30 +277,12 @@ async def test_a_summary_the_budget_shortens_is_not_reported_again(
     """Under ``truncate_summary`` the budget shortens the installed summary as turns come
     (BUD-005). That installs no summary: ``on_summary_updated`` reports the one summary
     the summarizer made, once, and not each shortening of it."""
-    gate = asyncio.Event()
-    calls = 0
-
-    async def summarizer(payload: Any) -> dict[str, str]:
-        nonlocal calls
-        calls += 1
-        if calls > 1:
-            await gate.wait()  # no second summary: what changes the summary is the budget
-        return {"summary": "s" * 400}
-
-    cfg = config(
-        full_zone_turns=2,
-        summary_max_tokens=120,
-        total_max_tokens=200,
-        overflow_policy="truncate_summary",
-        **recording_callbacks.config_kwargs(),
-    )
+    summarizer = OneSummary()
+    cfg = config(**SHORTENING_BUDGET, **recording_callbacks.config_kwargs())
     memory = await make_memory(cfg, summarizer=summarizer)
     try:
-        for i in range(3):
-            await memory.add_turn(turn(i, pad=100))
-        await returns_within(memory.flush(), what="WM-007: flush() of the first summary")
-        view = await memory_view(memory)
-        installed = view.get("summary")
+        view = await install_one_summary_to_shorten(memory)
+        installed = view["summary"]
         # The budget the shortening follows is the view's (BUD-008), as for the budget's
         # own checks: one that measures something else trims as it measures.
         measured, spec = memory.estimate_tokens(), view_tokens(cfg, {"conversation_memory": view})
@@ -308,10 +293,10 @@ async def test_a_summary_the_budget_shortens_is_not_reported_again(
         for i in range(3, 6):
             await memory.add_turn(turn(i, pad=100))
         shortened = (await memory_view(memory)).get("summary") or ""
-        if not installed or len(shortened) >= len(installed):
+        if len(shortened) >= len(installed):
             raise PreconditionError(
-                f"BUD-005: three turns over the budget left the summary of {len(installed or '')}"
-                f" characters at {len(shortened)}, not shortened"
+                f"BUD-005: three turns over the budget left the summary of {len(installed)} "
+                f"characters at {len(shortened)}, not shortened"
             )
         await recording_callbacks.wait_for("summaries", 1)
         await recording_callbacks.settle()
@@ -322,7 +307,7 @@ async def test_a_summary_the_budget_shortens_is_not_reported_again(
             f"{reported}: a shortening installs no summary"
         )
     finally:
-        gate.set()
+        summarizer.release()
 
 
 @req("CB-002")
