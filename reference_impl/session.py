@@ -592,16 +592,27 @@ class MemoryRouter:
             retiring = list(self._evicting.values())
         for slot in [*slots, *(slot for slot, _ in retiring)]:
             slot.check_not_owner("flush")  # a retirement waits for the caller's turn too
-        for retiring_slot, retired in retiring:
-            await retired.wait()
-            if retiring_slot.retire_error is not None:
-                raise retiring_slot.retire_error
+        # In use from now on, all of them: none is evicted while this waits on another.
         for slot in slots:
             slot.users += 1
-            try:
+        try:
+            for retiring_slot, _ in retiring:
+                await self._retirement(retiring_slot)
+            for slot in slots:
                 await self._flush_and_save(slot)
-            finally:
+                if slot.retired:  # an aclose() took it meanwhile: its retirement saves it
+                    await self._retirement(slot)
+        finally:
+            for slot in slots:
                 slot.users -= 1
+
+    async def _retirement(self, slot: _Slot) -> None:
+        """Wait for the retirement of ``slot`` to end; raise what its final save raised."""
+        retiring = self._evicting.get(slot.composite)
+        if retiring is not None and retiring[0] is slot:
+            await retiring[1].wait()
+        if slot.retire_error is not None:
+            raise slot.retire_error
 
     async def aclose(self, *, flush: bool = True) -> None:
         """Flush (unless ``flush=False``), persist and close every memory. Idempotent.
@@ -790,7 +801,13 @@ class MemoryRouter:
             if slot.changed():
                 await self._save(slot)
             return
-        await slot.memory.add_turn(turn)
+        try:
+            await slot.memory.add_turn(turn)
+        except BaseException:
+            # A memory whose add_turn does I/O may have stored the turn before it failed or
+            # was cancelled: the next save of the key writes whatever the memory holds.
+            slot.saved = None
+            raise
         slot.unsaved.append(turn)
         slot.generation += 1
         self.stats.turns_recorded += 1

@@ -23,6 +23,7 @@ import session_workers
 from stm_stores import InMemoryStateStore, SQLiteStateStore
 
 from reference_impl import (
+    ConversationTurn,
     DefaultShortTermMemory,
     MemoryBudget,
     MemoryKey,
@@ -706,3 +707,92 @@ async def test_flush_of_a_key_being_evicted_waits_for_its_final_save(failing: bo
         assert outcomes == [None, None]
         assert await _stored_users(store) == ["a1", "a2"]
     await router.aclose()
+
+
+class _SlowAfterStoring(DefaultShortTermMemory):
+    """An ``add_turn`` that does I/O after its write landed (a reply on its way), while
+    ``slow`` is set."""
+
+    slow = False
+
+    async def add_turn(self, turn: ConversationTurn) -> None:
+        await super().add_turn(turn)
+        if self.slow:
+            await asyncio.sleep(0.5)
+
+
+async def test_a_turn_stored_by_a_finish_cancelled_after_its_write_is_saved() -> None:
+    """``finish()`` cancelled once the memory stored the turn, before ``add_turn``
+    returned: the documented retry with the same ``turn_id`` finds the turn held and does
+    not add it again, but the key's save still writes it; the turn is never lost."""
+    made: list[_SlowAfterStoring] = []
+
+    def factory(key: MemoryKey) -> _SlowAfterStoring:
+        made.append(_SlowAfterStoring(config=_truncation(), key=key))
+        return made[-1]
+
+    store = InMemoryStateStore()
+    router = MemoryRouter(_truncation(), store=store, memory_factory=factory)
+    async with router.turn(memory_key=KEY) as turn:
+        await turn.finish("first", "ok", turn_id="t1")
+
+    async def second() -> None:
+        async with router.turn(memory_key=KEY) as turn:
+            made[-1].slow = True
+            await turn.finish("second", "ok", turn_id="t2")
+
+    task = asyncio.ensure_future(second())
+    await asyncio.sleep(0.1)  # stored; add_turn not returned yet
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    made[-1].slow = False
+    async with router.turn(memory_key=KEY) as turn:  # the retry
+        await turn.finish("second", "ok", turn_id="t2")
+    assert router.stats.repeated_turns == 1
+    assert await _stored_users(store) == ["first", "second"]
+    await router.aclose()
+
+
+async def test_a_flush_of_every_key_keeps_each_from_eviction_until_it_is_flushed() -> None:
+    """``flush()`` of every key, waiting on one key's summary, while a turn on a new key
+    would evict another key it has still to flush: that key is in use and stays, and the
+    flush saves it, raising what its save raises, rather than return with it evicted and
+    its turn lost unseen."""
+    gate = asyncio.Event()
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        await gate.wait()
+        return {"summary": "s"}
+
+    class FailingFor(InMemoryStateStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.failing: set[str] = set()
+
+        async def save_memory_state_if(
+            self, key: str, state: Mapping[str, Any], *, expected_revision: int | None
+        ) -> None:
+            if key in self.failing:
+                raise StateStoreError("disk full", key=key)
+            await super().save_memory_state_if(key, state, expected_revision=expected_revision)
+
+    a, b, c = (MemoryKey("t", "u", name) for name in "abc")
+    store = FailingFor()
+    cfg = ShortTermMemoryConfig(strategy="rolling_summary", budget=MemoryBudget(full_zone_turns=1))
+    router = MemoryRouter(cfg, store=store, summarizer=summarizer, max_memories=2)
+    await _finish(router, "a1", key=a)
+    await _finish(router, "a2", key=a)  # a1 evicted: its summary waits for the gate
+    store.failing.add(b.composite())
+    with pytest.raises(StateStoreError):
+        await _finish(router, "b1", key=b)  # kept in memory, unsaved
+    flushing = asyncio.ensure_future(router.flush())  # waits on a, then b
+    await asyncio.sleep(0.05)
+    await _finish(router, "c1", key=c)
+    assert b in router.loaded_keys(), "a key the flush has still to save was evicted"
+    gate.set()
+    with pytest.raises(StateStoreError):
+        await flushing
+    store.failing.clear()
+    await router.aclose()
+    assert await _stored_users(store, b) == ["b1"] and router.stats.lost_turns == 0
