@@ -205,7 +205,7 @@ class DefaultShortTermMemory:
         """Cancel background work (CON-003), after waiting for the saves of a ``persist``
         whose caller was cancelled. Idempotent."""
         self._closed = True
-        await self._saves.wait()
+        await self._saves.wait(exclude=asyncio.current_task())  # closed from its own save
         worker, self._worker = self._worker, None
         if worker is not None and not worker.done():
             worker.cancel()

@@ -29,20 +29,31 @@ class Saves:
         self.in_order = asyncio.Lock()
 
     async def run(self, save: Coroutine[Any, Any, None]) -> None:
-        """Run ``save`` to its end; a cancelled caller stops waiting, not the save."""
+        """Run ``save`` to its end; a cancelled caller stops waiting, not the save.
+
+        Raises:
+            RuntimeError: the memory's ``aclose()`` gave up on the save and cancelled it
+                (the caller was not cancelled: it gets an error, not a cancellation).
+        """
         task = asyncio.ensure_future(save)
         self._running.add(task)
         task.add_done_callback(self._running.discard)
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
+            caller = asyncio.current_task()
+            if task.cancelled() and caller is not None and not caller.cancelling():
+                raise RuntimeError(
+                    "the save was cancelled: the memory was closed while it ran"
+                ) from None
             task.add_done_callback(_log_failure)  # nobody else will see how it ends
             raise
 
-    async def wait(self) -> None:
-        """Wait for every save still running; cancelled, cancel them (a caller bounding
-        ``aclose()`` with a timeout gives up on them)."""
-        running = list(self._running)
+    async def wait(self, *, exclude: asyncio.Task[Any] | None = None) -> None:
+        """Wait for every save still running but ``exclude`` (a save that closes its own
+        memory, from inside the store, must not wait for itself); cancelled, cancel them
+        (a caller bounding ``aclose()`` with a timeout gives up on them)."""
+        running = [task for task in self._running if task is not exclude]
         if not running:
             return
         try:
@@ -51,6 +62,11 @@ class Saves:
             for task in running:
                 task.cancel()
             raise
+
+    def cancel(self) -> None:
+        """Cancel every save still running (a closing that gave up waiting for them)."""
+        for task in self._running:
+            task.cancel()
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

@@ -500,7 +500,7 @@ class RedisShortTermMemory:
             await bounded(self._calls_ended.wait, "waiting for the calls under way")
         # A save of a persist whose caller was cancelled writes to Redis last: before the
         # client closes.
-        await bounded(self._saves.wait, "waiting for a save")
+        await bounded(lambda: self._saves.wait(exclude=closer), "waiting for a save")
         tasks = [t for t in (self._worker, self._replace_task) if t is not None and not t.done()]
         self._worker = self._replace_task = None
         for task in tasks:
@@ -526,12 +526,14 @@ class RedisShortTermMemory:
             if self._sync_client is not None:
                 self._sync_client.close()
         if not answered:
-            # What still waits on Redis fails now that the client is closed, or ends at a
-            # second cancellation (a client this memory does not own stays open).
+            # What still waits on Redis fails now that the client is closed, or ends at
+            # (another) cancellation: a client this memory does not own stays open, and a
+            # store's save may wait on something else altogether.
             for task in tasks:
                 task.cancel()
+            self._saves.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await self._saves.wait()
+            await self._saves.wait(exclude=closer)
         self._notify()
 
     def _enter(self, call: str) -> None:
@@ -662,11 +664,11 @@ class RedisShortTermMemory:
         """
         if not hasattr(store, "save_memory_state"):
             return
-        self._enter("persist")
-        try:
-            await self._saves.run(self._save_in_order(store, key))
-        finally:
-            self._leave()
+        if self._closed:
+            raise RuntimeError("persist on a closed memory")
+        # Not counted as a call under way: aclose() waits for the save itself (all but one
+        # that closes the memory from inside the store).
+        await self._saves.run(self._save_in_order(store, key))
 
     async def _save_in_order(self, store: Any, key: str) -> None:
         # One save of this instance at a time, in call order, the revision read when its
@@ -1062,6 +1064,8 @@ class RedisShortTermMemory:
             raise
 
     def _replace(self, data: Mapping[str, Any], *, stored: bool) -> None:
+        if self._client_closed:  # a hydrate that outlasted the close grace: shown, never written
+            raise RuntimeError("a closed memory sends no command to Redis")
         state = schema.load(data, self._config, self._budget, self._key)
         state.stored = stored
         # Timers restart from now, as in the reference: loading a state in RETRY again
@@ -1255,8 +1259,10 @@ class RedisShortTermMemory:
                 try:
                     await self._hold(leased, token, asked)
                 finally:
-                    with contextlib.suppress(RedisMemoryError):
-                        await self._script(_RELEASE, [token])
+                    # Not once aclose() gave up on the server: the lease then expires.
+                    if not self._client_closed:
+                        with contextlib.suppress(RedisMemoryError):
+                            await self._script(_RELEASE, [token])
                 failures = 0
             except RedisMemoryError as exc:
                 failures += 1

@@ -92,7 +92,7 @@ def persistent_server() -> Iterator[RedisServer]:
 
 @pytest.fixture
 async def real_memories(redis_server: RedisServer, namespace: str) -> AsyncIterator[MemoryFactory]:
-    """Like ``fake_memories``, on the real server."""
+    """Like ``fake_memories``, on the real server (``client=``: a client of one's own)."""
     made: list[RedisShortTermMemory] = []
 
     def make(
@@ -106,13 +106,13 @@ async def real_memories(redis_server: RedisServer, namespace: str) -> AsyncItera
         url = (server or redis_server).url
         options.setdefault("namespace", namespace)
         options.setdefault("poll_interval_s", 0.005)
+        options.setdefault("owns_client", True)
         memory = RedisShortTermMemory(
-            Redis.from_url(url),
+            options.pop("client", None) or Redis.from_url(url),
             sync_client=SyncRedis.from_url(url),
             config=config,
             key=key or MemoryKey("t", "u", "s"),
             summarizer=summarizer,
-            owns_client=True,
             **options,
         )
         made.append(memory)

@@ -229,12 +229,19 @@ async def test_aclose_does_not_wait_for_a_server_that_stopped_answering(
     assert 0.2 <= took < 0.9, f"aclose() took {took:.2f} s: it waited for the pause to end"
 
 
+@pytest.mark.parametrize("owns_client", [True, False], ids=["owned", "not-owned"])
 async def test_aclose_with_the_worker_and_a_save_under_way_does_not_wait_for_a_silent_server(
-    redis_server: RedisServer, real_memories: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+    redis_server: RedisServer,
+    real_memories: MemoryFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    owns_client: bool,
 ) -> None:
     """CON-003: the grace bounds everything ``aclose()`` waits on Redis for (a save under
     way, the worker releasing its lease), not only the calls under way: with the server
-    paused, it returns after ``CLOSE_GRACE_S`` and leaves no task running."""
+    paused, it returns after ``CLOSE_GRACE_S`` and leaves no task running, also with a
+    client it does not own (which it cannot close under them). The save fails with an
+    error, and the worker it stopped is not taken for one that crashed."""
     monkeypatch.setattr(stm_memory, "CLOSE_GRACE_S", 0.2)
     started = asyncio.Event()
 
@@ -243,8 +250,12 @@ async def test_aclose_with_the_worker_and_a_save_under_way_does_not_wait_for_a_s
         await asyncio.sleep(30)
         return {"summary": "x"}
 
+    client = Redis.from_url(redis_server.url, socket_timeout=None)
     memory = real_memories(
-        config(full_zone_turns=1, summarizer_timeout_s=60), summarizer=summarizer
+        config(full_zone_turns=1, summarizer_timeout_s=60),
+        summarizer=summarizer,
+        client=client,
+        owns_client=owns_client,
     )
     for i in range(3):
         await memory.add_turn(turn(i))
@@ -263,5 +274,8 @@ async def test_aclose_with_the_worker_and_a_save_under_way_does_not_wait_for_a_s
     finally:
         await admin.execute_command("CLIENT", "UNPAUSE")
         await admin.aclose()
+        if not owns_client:
+            await client.aclose()
     assert 0.2 <= took < 0.9, f"aclose() took {took:.2f} s: it waited for the pause to end"
     assert left == [], f"tasks of the memory running after aclose(): {left}"
+    assert "summarizer worker crashed" not in caplog.text

@@ -1405,7 +1405,7 @@ async def test_a_hydrate_outlasting_the_close_grace_writes_nothing(
 ) -> None:
     """``aclose()`` gives up waiting for a ``hydrate`` whose store is slow: the hydrate
     then fails with ``RuntimeError`` rather than write the state it loaded through the
-    closed memory (whose client would open a connection for it)."""
+    closed memory (whose client would open a connection for it), and changes nothing."""
 
     class SlowLoads(InMemoryStateStore):
         async def load_memory_state(self, key: str) -> Any:
@@ -1418,12 +1418,37 @@ async def test_a_hydrate_outlasting_the_close_grace_writes_nothing(
     await source.add_turn(turn(7))
     store = SlowLoads()
     await source.persist(store, "k")
-    memory = fake_memories(cfg)
+    memory = fake_memories(cfg, sync_client=None)  # the load is shown, then written
     await memory.add_turn(turn(0))
+    shown = memory.to_dict()
     hydrating = asyncio.create_task(memory.hydrate(store, "k"))
     await asyncio.sleep(0.01)
     await memory.aclose()
     with pytest.raises(RuntimeError, match="closed memory"):
         await hydrating
+    assert memory.to_dict() == shown, "a refused hydrate changed the state shown"
     reader = fake_memories(cfg)
     assert _recent(await reader.get_llm_context()) == ["u0"]
+
+
+async def test_a_store_closing_the_memory_from_inside_its_save_does_not_deadlock(
+    fake_memories: MemoryFactory,
+) -> None:
+    """``aclose()`` waits for the saves under way, but not for the one that closes the
+    memory from inside the store: the persist and the closing both end (the persist with
+    ``RuntimeError``: the memory closed, it could not record in Redis what it saved)."""
+    memory = fake_memories(config("truncation"))
+
+    class ClosingStore(InMemoryStateStore):
+        async def save_memory_state_if(
+            self, key: str, state: Any, *, expected_revision: int | None
+        ) -> None:
+            await memory.aclose()
+            await super().save_memory_state_if(key, state, expected_revision=expected_revision)
+
+    await memory.add_turn(turn(0))
+    store = ClosingStore()
+    # Saved, but closed before the revision saved could be recorded in Redis: said so.
+    with pytest.raises(RuntimeError, match="closed memory"):
+        await asyncio.wait_for(memory.persist(store, "k"), 2)
+    assert await store.load_memory_state("k") is not None and _memory_tasks() == []

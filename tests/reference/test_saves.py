@@ -105,3 +105,54 @@ async def test_overlapping_persists_of_one_memory_write_in_call_order() -> None:
     assert [t["user_message"] for t in stored["turns"]] == ["u1", "u2"]
     assert stored["revision"] == memory.to_dict()["revision"] == 2
     await memory.aclose()
+
+
+async def test_a_store_closing_the_memory_from_inside_its_save_does_not_deadlock() -> None:
+    """``aclose()`` waits for the saves under way, but not for the one it is called from
+    (a store that closes its memory when it saves): the save, and the persist, end."""
+    memory = DefaultShortTermMemory(config=ShortTermMemoryConfig(strategy="truncation"))
+
+    class ClosingStore(InMemoryStateStore):
+        async def save_memory_state_if(
+            self, key: str, state: Any, *, expected_revision: int | None
+        ) -> None:
+            await memory.aclose()
+            await super().save_memory_state_if(key, state, expected_revision=expected_revision)
+
+    store = ClosingStore()
+    await memory.add_turn(ConversationTurn("u", "a"))
+    await asyncio.wait_for(memory.persist(store, "k"), 2)
+    assert (await store.load_memory_state("k"))["revision"] == 1
+
+
+async def test_cancel_cancels_every_save_still_running() -> None:
+    saves = Saves()
+    started = asyncio.Event()
+
+    async def save() -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    caller = asyncio.ensure_future(saves.run(save()))
+    await started.wait()
+    saves.cancel()
+    with pytest.raises(RuntimeError):
+        await caller
+    await asyncio.wait_for(saves.wait(), 1)
+
+
+async def test_a_save_the_closing_gave_up_on_raises_an_error_not_a_cancellation() -> None:
+    """A caller that was not cancelled gets ``RuntimeError`` when the save it waits for is
+    cancelled by the memory's closing, never a ``CancelledError`` of its own."""
+    saves = Saves()
+    started = asyncio.Event()
+
+    async def save() -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    caller = asyncio.ensure_future(saves.run(save()))
+    await started.wait()
+    saves.cancel()
+    with pytest.raises(RuntimeError, match="closed while it ran"):
+        await caller
