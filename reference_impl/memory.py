@@ -89,6 +89,7 @@ class DefaultShortTermMemory:
         self._records: schema.Records = {}
         self._changed = asyncio.Event()
         self._closed = False
+        self._closing: asyncio.Task[None] | None = None
         self._saves = Saves()
         #: Summarizer calls given up on that have not ended yet (``aclose`` waits for them).
         self._abandoned: set[asyncio.Task[Any]] = set()
@@ -203,16 +204,27 @@ class DefaultShortTermMemory:
 
     async def aclose(self) -> None:
         """Cancel background work (CON-003), after waiting for the saves of a ``persist``
-        whose caller was cancelled. Idempotent."""
-        self._closed = True
-        await self._saves.wait(exclude=asyncio.current_task())  # closed from its own save
+        whose caller was cancelled. Idempotent: a second call, made while the first runs
+        or after its caller stopped waiting, waits for the same closing to end."""
+        closing = self._closing
+        if closing is None:
+            self._closed = True
+            closing = self._closing = asyncio.get_running_loop().create_task(
+                self._close(asyncio.current_task()), name="stm-close"
+            )
+        # In a task of its own: a caller that stops waiting (cancelled, or a task the
+        # closing itself ends: a callback's, a save's) does not stop it half-way.
+        await asyncio.shield(closing)
+
+    async def _close(self, closer: asyncio.Task[Any] | None) -> None:
+        await self._saves.wait(exclude=closer)  # not a save that closes its own memory
         worker, self._worker = self._worker, None
         if worker is not None and not worker.done():
             worker.cancel()
             await asyncio.gather(worker, return_exceptions=True)
         await wait_abandoned(self._abandoned)
         for queue in (self._on_turn, self._on_summary, self._on_health):
-            await queue.aclose()
+            await queue.aclose(closer=closer)  # a callback closing the memory returns
         self._notify()
 
     async def __aenter__(self) -> DefaultShortTermMemory:

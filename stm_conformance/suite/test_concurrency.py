@@ -231,9 +231,11 @@ async def test_aclose_cancels_background_work(stm_provider, scripted_summarizer)
 
 @req("CON-003")
 @pytest.mark.stm_capability("rolling_summary")
-async def test_aclose_waits_for_a_call_that_cleans_up_when_cancelled(stm_provider):
+@pytest.mark.parametrize("second", [False, True], ids=["one", "two-at-once"])
+async def test_aclose_waits_for_a_call_that_cleans_up_when_cancelled(stm_provider, second):
     """A summarizer that honours its cancellation may still await its cleanup (closing a
-    connection): ``aclose()`` returns once that is over, not while the call runs on."""
+    connection): ``aclose()`` returns once that is over, not while the call runs on; so
+    does an ``aclose()`` made while another task's is under way."""
     before = set(asyncio.all_tasks())
     started, cleaned = asyncio.Event(), []
 
@@ -255,12 +257,17 @@ async def test_aclose_waits_for_a_call_that_cleans_up_when_cancelled(stm_provide
     await memory.add_turn(turn(1))  # u0 evicted: a call starts
     with anyio.fail_after(patient(2)):
         await started.wait()
+        if second:  # another task's aclose() is under way: this one returns when it ends
+            first = asyncio.ensure_future(raw.aclose())
+            await asyncio.sleep(0)
         await raw.aclose()
-    left = _running_since(before)
+    left = _running_since(before) - ({first} if second else set())
     assert not left and cleaned, (
-        f"CON-003: aclose() returned while the cancelled summarizer call still ran its "
-        f"cleanup: {left}"
+        f"CON-003: aclose(){' (the second of two)' if second else ''} returned while the "
+        f"cancelled summarizer call still ran its cleanup: {left}"
     )
+    if second:
+        await first
 
 
 @req("CON-003")
