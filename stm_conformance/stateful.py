@@ -936,6 +936,8 @@ def diagnose(
     if inner == spec:
         return None
     if model.degraded and {"summary", "pending_turns"} & set(inner):
+        if health == "recovering":  # the view of section 0 is STR-003's; HLT-004's DEGRADED
+            return "STR-003", "a RECOVERING memory must show recent turns only"
         return "HLT-004", "a DEGRADED memory must show recent turns only"
     if set(inner) - {"summary", "pending_turns", "recent_turns"}:
         return "STR-003", f"unexpected keys {sorted(set(inner) - set(spec))} in the view"

@@ -26,6 +26,7 @@ from stm_conformance.checks import (
     json_state,
     memory_view,
     patient,
+    returns_within,
     state_text,
     turn,
     users,
@@ -891,8 +892,14 @@ def _v1_fixtures() -> list[str]:
 
 
 def _v1(name: str) -> dict[str, Any]:
+    """A state PenguiFlow wrote; ``<file>+recovering``: that DEGRADED state as PenguiFlow
+    writes it while a recovery attempt runs (the same, its health ``recovering``)."""
+    file, _, health = name.partition("+")
     folder = resources.files("stm_conformance") / "data" / "penguiflow_v1"
-    return json.loads((folder / name).read_text(encoding="utf-8"))
+    state: dict[str, Any] = json.loads((folder / file).read_text(encoding="utf-8"))
+    if health:
+        state["health"] = health
+    return state
 
 
 def _v1_turn(t: dict[str, Any]) -> dict[str, Any]:
@@ -904,7 +911,7 @@ def _v1_turn(t: dict[str, Any]) -> dict[str, Any]:
 
 @scenario("direction:accept")
 @req("SER-004")
-@pytest.mark.parametrize("name", _v1_fixtures())
+@pytest.mark.parametrize("name", [*_v1_fixtures(), "rolling_summary_degraded.json+recovering"])
 async def test_penguiflow_v1_states_load(make_memory, stm_capabilities, name):
     state = _v1(name)
     snap = state["config_snapshot"]
@@ -1108,6 +1115,53 @@ async def test_persist_then_hydrate_into_a_fresh_memory(
     fresh = await make_memory(cfg, key=key, summarizer=ScriptedSummarizer())
     await fresh.hydrate(stm_store, stm_provider.key_for_storage(key))
     await _assert_observed_as(fresh, await _observe(memory), "SER-005: the hydrated state")
+
+
+@req("SER-005")
+@cap("persistence")
+@pytest.mark.stm_capability("rolling_summary")
+async def test_a_degraded_backlog_persists_and_hydrates(make_memory, stm_provider, stm_store):
+    """The DEGRADED backlog is state like the rest: a memory hydrated from what a degraded
+    one persisted holds the turns waiting for recovery, and its recovery is sent them. (Its
+    view, recent turns only, would not tell.)"""
+    failing = True
+    sent: list[list[str]] = []
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        sent.append(users(payload.get("turns")))
+        if failing:
+            raise RuntimeError("the summarizer is down")
+        return {"summary": "recovered"}
+
+    key = MemoryKey("t", "u", f"backlog-{uuid.uuid4().hex[:8]}")
+    where = stm_provider.key_for_storage(key)
+    cfg = config(full_zone_turns=1, retry_attempts=0, degraded_retry_interval_s=0.2)
+    memory = await make_memory(cfg, key=key, summarizer=summarizer)
+    for i in range(3):  # u0 fails its call: DEGRADED; u1 evicted into the backlog
+        await memory.add_turn(turn(i))
+    try:
+        await eventually(lambda: memory.health.value == "degraded", what="DEGRADED")
+    except AssertionError as exc:
+        raise PreconditionError(f"HLT-004: one failed call with retry_attempts=0: {exc}") from None
+    await memory.persist(stm_store, where)
+    fresh = await make_memory(cfg, key=key, summarizer=summarizer)
+    await fresh.hydrate(stm_store, where)
+    if hasattr(memory, "aclose"):
+        await memory.aclose()  # only the hydrated memory recovers
+    seen, failing = len(sent), False
+    await fresh.add_turn(turn(3))  # a turn too: HLT-006's recovery without one is checked apart
+    try:
+        await eventually(lambda: len(sent) > seen, what="a recovery attempt")
+    except AssertionError as exc:
+        raise PreconditionError(f"HLT-006: the hydrated memory never recovered: {exc}") from None
+    await returns_within(fresh.flush(), what="WM-007: flush() once recovering")
+    after = [u for call in sent[seen:] for u in call]
+    if {"u0", "u1"} <= set(after) and after[:2] != ["u0", "u1"]:
+        raise PreconditionError(f"WM-004: the backlog was sent out of order: {sent[seen:]}")
+    assert after[:2] == ["u0", "u1"], (
+        f"SER-005: the degraded memory persisted held u0 and u1 in its backlog; the memory "
+        f"hydrated from it sent its recoveries {sent[seen:]}"
+    )
 
 
 @scenario("window:0")

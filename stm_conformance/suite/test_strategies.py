@@ -29,8 +29,13 @@ cap = pytest.mark.stm_capability
 @req("STR-001")
 async def test_none_strategy_is_a_no_op(make_memory):
     memory = await make_memory(config("none"))
+    saved = state_text(memory) if hasattr(memory, "to_dict") else None
     for i in range(3):
         await memory.add_turn(turn(i))
+    if saved is not None:
+        assert state_text(memory) == saved, (
+            "STR-001: strategy none's add_turn stores nothing, but to_dict() changed"
+        )
     context = await memory.get_llm_context()
     assert dict(context) == {}
     assert memory.estimate_tokens() == default_token_estimator("{}")
@@ -88,6 +93,23 @@ async def test_truncation_shows_exactly_the_last_window(make_memory, window):
         assert set(view) == {"recent_turns"}, f"truncation view has extra keys: {view}"
         expected = [f"u{i}" for i in range(max(1, n - window + 1), n + 1)] if window else []
         assert users(view["recent_turns"]) == expected, f"after {n} turns"
+
+
+@req("STR-002")
+@cap("truncation")
+async def test_truncation_shows_long_turns_whole(make_memory):
+    """With no token limit a turn is shown as it was added, however long: 12,000
+    characters of non-ASCII text in the message and the answer, not clipped."""
+    memory = await make_memory(config("truncation", full_zone_turns=2, total_max_tokens=0))
+    long = ConversationTurn(user_message="ü🦜" * 6_000, assistant_response="é\n" * 6_000)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(long)
+    shown = (await memory_view(memory))["recent_turns"]
+    assert shown[-1] == turn_json(long), (
+        f"STR-002: a turn of {len(long.user_message)} and {len(long.assistant_response)} "
+        f"characters is shown as {len(shown[-1].get('user', ''))} and "
+        f"{len(shown[-1].get('assistant', ''))}: the window shows the turns added, whole"
+    )
 
 
 @scenario("text:empty")
