@@ -125,25 +125,10 @@ async def test_a_store_closing_the_memory_from_inside_its_save_does_not_deadlock
     assert (await store.load_memory_state("k"))["revision"] == 1
 
 
-async def test_cancel_cancels_every_save_still_running() -> None:
-    saves = Saves()
-    started = asyncio.Event()
-
-    async def save() -> None:
-        started.set()
-        await asyncio.sleep(30)
-
-    caller = asyncio.ensure_future(saves.run(save()))
-    await started.wait()
-    saves.cancel()
-    with pytest.raises(RuntimeError):
-        await caller
-    await asyncio.wait_for(saves.wait(), 1)
-
-
 async def test_a_save_the_closing_gave_up_on_raises_an_error_not_a_cancellation() -> None:
-    """A caller that was not cancelled gets ``RuntimeError`` when the save it waits for is
-    cancelled by the memory's closing, never a ``CancelledError`` of its own."""
+    """``cancel()`` (a closing that gave up waiting) cancels every save still running; a
+    caller that was not cancelled then gets ``RuntimeError``, never a ``CancelledError`` of
+    its own, and ``wait()`` returns."""
     saves = Saves()
     started = asyncio.Event()
 
@@ -156,3 +141,4 @@ async def test_a_save_the_closing_gave_up_on_raises_an_error_not_a_cancellation(
     saves.cancel()
     with pytest.raises(RuntimeError, match="closed while it ran"):
         await caller
+    await asyncio.wait_for(saves.wait(), 1)
