@@ -22,7 +22,7 @@ import re
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
@@ -264,7 +264,7 @@ class RedisShortTermMemory:
         self._handoff: tuple[_Snapshot, str, float] | None = None
         self._changed = asyncio.Event()
         self._closed = False
-        #: Calls of the protocol under way (:meth:`_enter`): ``aclose()`` waits for them
+        #: Calls of the protocol under way (:meth:`_counted`): ``aclose()`` waits for them
         #: before closing the client, so that none loses its connection halfway.
         self._calls = 0
         self._calls_ended = asyncio.Event()
@@ -318,11 +318,8 @@ class RedisShortTermMemory:
             RedisMemoryError: Redis refused the operation; nothing was written.
             TypeError: ``turn`` is malformed. RuntimeError: the memory was closed.
         """
-        self._enter("add_turn")
-        try:
+        with self._counted("add_turn"):
             await self._add_turn(turn, turn_id)
-        finally:
-            self._leave()
 
     async def _add_turn(self, turn: ConversationTurn, turn_id: str | None) -> None:
         check_turn(turn)
@@ -384,13 +381,10 @@ class RedisShortTermMemory:
             RuntimeError: the memory was closed (its view may be stale: it reads Redis no
                 more).
         """
-        self._enter("get_llm_context")
-        try:
+        with self._counted("get_llm_context"):
             if self._config.strategy == "none":
                 return {}
             snap = await self._refresh()
-        finally:
-            self._leave()
         if watermark.waiting(snap.state):
             # Work waits, maybe for a retry or recovery nobody else will make (the
             # instance whose call failed has gone): this one's worker sees to it
@@ -418,11 +412,8 @@ class RedisShortTermMemory:
         """
         if self._config.strategy != "rolling_summary" or self._closed:
             return
-        self._enter("flush")
-        try:
+        with self._counted("flush"):
             await self._flush()
-        finally:
-            self._leave()
 
     async def _flush(self) -> None:
         snap = await self._refresh()
@@ -536,16 +527,19 @@ class RedisShortTermMemory:
             await self._saves.wait(exclude=closer)
         self._notify()
 
-    def _enter(self, call: str) -> None:
-        """Count a call of the protocol under way; refuse it on a closed memory."""
+    @contextlib.contextmanager
+    def _counted(self, name: str) -> Iterator[None]:
+        """A call of the protocol under way, counted for ``aclose()`` to wait for; refused
+        on a closed memory."""
         if self._closed:
-            raise RuntimeError(f"{call} on a closed memory")
+            raise RuntimeError(f"{name} on a closed memory")
         self._calls += 1
-
-    def _leave(self) -> None:
-        self._calls -= 1
-        if not self._calls and self._closed:
-            self._calls_ended.set()
+        try:
+            yield
+        finally:
+            self._calls -= 1
+            if not self._calls and self._closed:
+                self._calls_ended.set()
 
     async def _release_handoff(self) -> None:
         """Release a lease a write took for a worker that will not use it."""
@@ -573,11 +567,8 @@ class RedisShortTermMemory:
         Raises:
             RuntimeError: the memory was closed.
         """
-        self._enter("clear")
-        try:
+        with self._counted("clear"):
             await self._clear()
-        finally:
-            self._leave()
 
     async def _clear(self) -> None:
         pending, rid = self._pending_doc, self._pending_rid
@@ -605,11 +596,8 @@ class RedisShortTermMemory:
         if turn_id is None:
             raise TypeError("turn_id must be a str")
         check_turn_id(turn_id, "turn_id")
-        self._enter("turn_recorded")
-        try:
+        with self._counted("turn_recorded"):
             return await self._turn_recorded(turn_id)
-        finally:
-            self._leave()
 
     async def _turn_recorded(self, turn_id: str) -> bool:
         await self._apply_replace()
@@ -709,11 +697,8 @@ class RedisShortTermMemory:
         """
         if not hasattr(store, "load_memory_state"):
             return
-        self._enter("hydrate")
-        try:
+        with self._counted("hydrate"):
             await self._hydrate(store, key)
-        finally:
-            self._leave()
 
     async def _hydrate(self, store: Any, key: str) -> None:
         data = await store.load_memory_state(key)

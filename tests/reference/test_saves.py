@@ -57,8 +57,8 @@ async def test_a_failure_its_caller_sees_is_raised_to_it() -> None:
         await Saves().run(save())
 
 
-async def test_wait_cancelled_cancels_the_saves() -> None:
-    saves = Saves()
+async def _endless_save(saves: Saves) -> asyncio.Future[None]:
+    """The caller of a save that runs until cancelled, once the save has started."""
     started = asyncio.Event()
 
     async def save() -> None:
@@ -67,6 +67,12 @@ async def test_wait_cancelled_cancels_the_saves() -> None:
 
     caller = asyncio.ensure_future(saves.run(save()))
     await started.wait()
+    return caller
+
+
+async def test_wait_cancelled_cancels_the_saves() -> None:
+    saves = Saves()
+    caller = await _endless_save(saves)
     caller.cancel()
     waiting = asyncio.ensure_future(saves.wait())
     await asyncio.sleep(0.01)
@@ -130,14 +136,7 @@ async def test_a_save_the_closing_gave_up_on_raises_an_error_not_a_cancellation(
     caller that was not cancelled then gets ``RuntimeError``, never a ``CancelledError`` of
     its own, and ``wait()`` returns."""
     saves = Saves()
-    started = asyncio.Event()
-
-    async def save() -> None:
-        started.set()
-        await asyncio.sleep(30)
-
-    caller = asyncio.ensure_future(saves.run(save()))
-    await started.wait()
+    caller = await _endless_save(saves)
     saves.cancel()
     with pytest.raises(RuntimeError, match="closed while it ran"):
         await caller
