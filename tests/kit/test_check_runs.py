@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -171,3 +172,25 @@ def test_a_precondition_broken_in_concurrent_calls_fails_its_check_alone(
     result.stdout.fnmatch_lines(["*HLT-008: add_turn() raised RuntimeError*"])
     result.stdout.no_fnmatch_line("*ClosedResourceError*")
     result.stdout.no_fnmatch_line("*BaseExceptionGroup*")
+
+
+def test_a_run_freezes_what_it_collected_and_unfreezes_it_at_the_end(
+    fake_suite: FakeSuite, pytester: pytest.Pytester
+) -> None:
+    """A check's full collections do not walk what collection made (one runs before each
+    failure's report); a process that runs pytest again and again frees each run's items."""
+    assert gc.get_freeze_count() == 0
+    fake_suite(
+        """
+        import gc
+
+
+        @req("STR-001")
+        def test_collected_objects_are_frozen():
+            assert gc.get_freeze_count() > 0
+        """
+    )
+    pytester.syspathinsert()
+    result = pytester.runpytest_inprocess(BACKEND, "test_fake.py")
+    result.assert_outcomes(passed=1)
+    assert gc.get_freeze_count() == 0
