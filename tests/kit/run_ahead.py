@@ -28,12 +28,12 @@ from suite_runner import SuiteRun
 
 __all__ = ["AT_ONCE", "Batch", "Job"]
 
-#: Runs that use CPU at once. A run needs about 1.5 s of CPU over seven to thirty seconds
+#: Runs that use CPU at once. A run needs about 2.5 s of CPU over fifteen to thirty seconds
 #: of waiting (its checks' timers); the rest of the tests run beside them on two cores.
-#: Measured on two cores, ``tests/kit`` alone with 145 runs: 8 left the CPU a quarter idle
-#: (198 s, 284 CPU-s), 11 kept it busy (170 s, 301 CPU-s), 14 was no faster (168 s) for
-#: more CPU spent in contention (324 CPU-s).
-AT_ONCE = 11
+#: Measured on two cores, the project's tests with 275 runs: 11 left the CPU 13 % idle
+#: (531 s, 923 CPU-s), 14 kept it busy (499 s, 946 CPU-s), 16 was slower (537 s) for
+#: more CPU spent in contention (1,049 CPU-s).
+AT_ONCE = 14
 
 
 @dataclass(frozen=True)
