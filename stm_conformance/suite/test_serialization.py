@@ -6,7 +6,7 @@ import contextlib
 import dataclasses
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
@@ -100,7 +100,8 @@ async def _drive(memory: Any, summarizer: ScriptedSummarizer, ops: list[str]) ->
 @pytest.mark.stm_capability("rolling_summary")
 async def test_to_dict_is_versioned_json(make_memory, scripted_summarizer):
     """JSON as it is, with no help from ``json.dumps``: also once turns that name
-    themselves (``turn_id``) have been covered by a summary, failed a call and left."""
+    themselves (``turn_id``) have been covered by a summary, failed a call and left. A
+    state labelled version 2 has the fields of that format and no other."""
     memory = await make_memory(config(full_zone_turns=1), summarizer=scripted_summarizer)
     await memory.add_turn(turn(1, digest=True))
     await memory.add_turn(turn(2))
@@ -118,9 +119,17 @@ async def test_to_dict_is_versioned_json(make_memory, scripted_summarizer):
             text = json.dumps(state, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise AssertionError(f"SER-001: to_dict() {when} is not JSON: {exc}") from exc
-        assert isinstance(json.loads(text).get("version"), int), (
+        loaded = json.loads(text)
+        assert isinstance(loaded.get("version"), int), (
             f"SER-001: to_dict() {when} has no int version"
         )
+        if type(loaded["version"]) is int and loaded["version"] == 2:
+            problems = v2_format_problems(loaded)
+            assert not problems, (
+                f"SER-001: to_dict() {when} is labelled version 2 but is not that format "
+                f"(docs/memory-state.schema.json; a format that gains a field is a new "
+                f"version): {'; '.join(problems)}"
+            )
 
 
 @req("SER-002")
@@ -255,6 +264,45 @@ V2_STATE_FIELDS = (
 V2_TURN_FIELDS = ("seq", *TURN_FIELDS)
 V2_DIGEST_FIELDS = ("tools_invoked", "observations_summary")
 V2_KEY_FIELDS = ("tenant_id", "user_id", "session_id")
+#: What else version 2 defines, of the same objects (the schema allows no other field).
+V2_STATE_OPTIONAL = ("config_snapshot", "departed_turn_ids", "key", "storage_key")
+V2_TURN_OPTIONAL = (
+    "artifacts_hidden_refs",
+    "artifacts_shown",
+    "trajectory_digest",
+    "ts",
+    "turn_id",
+)
+V2_DIGEST_OPTIONAL = ("artifacts_refs", "reasoning_summary")
+
+
+def v2_format_problems(state: Mapping[str, Any]) -> list[str]:
+    """Where a state labelled version 2 leaves that format's fields: one it does not
+    define, or one it requires missing (of the state, its key, each turn record and
+    digest). Types and values are left to the loader's checks (SER-003)."""
+    problems: list[str] = []
+
+    def check(where: str, obj: Any, required: tuple[str, ...], optional: tuple[str, ...]) -> None:
+        if not isinstance(obj, Mapping):
+            return
+        problems.extend(f"{where} lacks {name!r}" for name in required if name not in obj)
+        problems.extend(
+            f"{where} has {name!r}, which version 2 does not define"
+            for name in sorted(set(obj) - {*required, *optional}, key=repr)
+        )
+
+    check("the state", state, V2_STATE_FIELDS, V2_STATE_OPTIONAL)
+    if state.get("key") is not None:
+        check("its key", state["key"], V2_KEY_FIELDS, ())
+    for name in ("backlog", "pending", "turns"):
+        records = state.get(name)
+        for i, record in enumerate(records if isinstance(records, list) else []):
+            check(f"{name}[{i}]", record, V2_TURN_FIELDS, V2_TURN_OPTIONAL)
+            digest = record.get("trajectory_digest") if isinstance(record, Mapping) else None
+            if digest is not None:
+                where = f"{name}[{i}].trajectory_digest"
+                check(where, digest, V2_DIGEST_FIELDS, V2_DIGEST_OPTIONAL)
+    return problems
 
 
 def _assert_refused(memory: Any, state: Any, what: str, why: str = "") -> None:

@@ -14,8 +14,10 @@ import sys
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kit_support import DOCS, load_json
 
 from stm_conformance.contract import MemoryKey, ShortTermMemoryConfig
+from stm_conformance.suite import test_serialization as ser
 from stm_conformance.suite.test_key import ADVERSARIAL_KEYS
 
 PART = st.lists(st.sampled_from(["a", ":", "%", "3", "A", "é", "e\u0301", "🦜"]), max_size=6).map(
@@ -100,3 +102,21 @@ def test_a_summarizer_model_no_saved_state_could_hold_is_refused(
     with pytest.raises(error, match="summarizer_model"):
         ShortTermMemoryConfig(summarizer_model=model)  # type: ignore[arg-type]
     assert ShortTermMemoryConfig(summarizer_model="gpt-4o-mini ü").summarizer_model
+
+
+def test_the_suites_version_2_fields_are_the_schemas() -> None:
+    """SER-001 and SER-003 judge version-2 states by field lists the kit holds (it does not
+    ship the schema): they are ``docs/memory-state.schema.json``'s, object by object."""
+    schema = load_json(DOCS / "memory-state.schema.json")
+    defs = schema["$defs"]
+    objects = {
+        "state": (schema, ser.V2_STATE_FIELDS, ser.V2_STATE_OPTIONAL),
+        "turn": (defs["TurnV2"], ser.V2_TURN_FIELDS, ser.V2_TURN_OPTIONAL),
+        "digest": (defs["DigestV2"], ser.V2_DIGEST_FIELDS, ser.V2_DIGEST_OPTIONAL),
+        "key": (defs["KeyV2"], ser.V2_KEY_FIELDS, ()),
+    }
+    for name, (definition, required, optional) in objects.items():
+        assert definition["additionalProperties"] is False, name
+        assert set(required) == set(definition["required"]), name
+        assert set(required) | set(optional) == set(definition["properties"]), name
+        assert not set(required) & set(optional), name
