@@ -1,9 +1,9 @@
 """CON-002 broken: every write of the Redis backend replaces the shared state as it is.
 
 The backend's compare-and-set is turned into a plain set: each instance writes the state
-it read last, whatever another instance wrote since ("last writer wins"). One instance
-alone loses nothing (its writes follow one another); two adding turns to one key at once
-overwrite each other's turns.
+it read last, whatever another instance wrote since ("last writer wins"). Two instances
+adding turns to one key at once overwrite each other's turns; one instance alone loses
+only what its own worker overwrites with a state it read before an await.
 
 A mutant of the Redis backend on fakeredis, not of the reference: CON-002 holds only for
 backends whose state is shared across instances (``shared_state``), which the reference's
@@ -23,6 +23,11 @@ COLLATERAL = {
         "the worker's outcome of the replaced state's failed recovery attempt, written "
         "blind, can land over a state from_dict loaded meanwhile and end the interval the "
         "load started"
+    ),
+    "HLT-005": (
+        "a recovery attempt the worker starts while turns are added (on a loaded machine, "
+        "once degraded_retry_interval_s has passed) writes back, blind, the state it read "
+        "before them: the drops those turns counted are lost"
     ),
 }
 SLOW = "fakeredis runs every operation as a Lua script in process: five times the CPU"
