@@ -2,8 +2,8 @@
 
 A meta-test that judges a whole run of the suite (against a mutant, a hanging backend, the
 reference) mostly waits: a run spends seconds on timers (retry backoffs, the kit's
-patience, its hang detection) and under two seconds of CPU. Run one after the other, the
-ninety runs would take most of the project's test time, whichever worker they land on. So
+patience, its hang detection) and two to three seconds of CPU. Run one after the other,
+some 275 runs would take most of the project's test time, whichever worker they land on. So
 the process that collects first (the only one, or xdist's ``gw0``) starts every run its
 session selected as soon as collection ends, a few at once (:data:`AT_ONCE`) from a
 thread, and the tests that judge them are moved to the end of the session: by then most

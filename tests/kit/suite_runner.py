@@ -1,7 +1,7 @@
 """Suite runs for the kit's meta-tests, forked from one process that imported everything.
 
 Starting pytest with hypothesis, the kit and the reference costs over a second of CPU,
-and the meta-tests run the whole suite some 155 times. A *zygote* process imports all
+and the meta-tests run the whole suite some 275 times. A *zygote* process imports all
 of that once, then forks one child per run: a fork is a copy, so every run starts from
 the same just-imported state a new interpreter would reach, without paying for it. Runs
 can overlap: a suite run spends most of its time waiting on timers (retry backoffs, the
