@@ -101,6 +101,9 @@ class WorkerChange:
     stops_when_closed: bool = True
     #: A failed call whose state ``from_dict`` replaced counts on the state loaded since.
     failure_counts_on_current_state: bool = False
+    #: Says, of the state loaded since and the call's batch, whether a successful call
+    #: whose state ``from_dict`` replaced installs its summary in the loaded state.
+    success_adopted: Callable[[MemoryState, watermark.Batch], bool] | None = None
     #: Awaited with the health change before a failed call degrades the memory, instead of
     #: queueing the change for ``on_health_changed``.
     degrade_alert: Callable[[DefaultShortTermMemory, Health], Awaitable[None]] | None = None
@@ -125,7 +128,12 @@ async def work(memory: DefaultShortTermMemory, change: WorkerChange) -> None:
             memory._transition(state.health.begin_recovery(memory._now()))
         summary, error = await memory._call(batch)
         if memory._state is not state:
-            if error is None or not change.failure_counts_on_current_state:
+            if error is None:
+                adopt = change.success_adopted
+                adopted = adopt is not None and adopt(memory._state, batch)
+            else:
+                adopted = change.failure_counts_on_current_state
+            if not adopted:
                 continue  # from_dict replaced the state during the call
             state = memory._state
         if error is None:
@@ -152,7 +160,10 @@ async def work(memory: DefaultShortTermMemory, change: WorkerChange) -> None:
                 if degrades:
                     watermark.degrade(state, memory._config)
                 memory._transition(health)
-        memory._budget.settle(state)
+        try:
+            memory._budget.settle(state)
+        except Exception:
+            logger.exception("token_estimator raised bringing the view within budget")
         if installed is not None and change.summary_alert is not None:
             await change.summary_alert(memory, *installed)
         memory._notify()

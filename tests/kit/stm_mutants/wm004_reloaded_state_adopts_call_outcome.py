@@ -13,67 +13,31 @@ and loads of states that differ, are dropped as by the reference.
 
 from __future__ import annotations
 
-import asyncio
-
 from reference_impl import watermark
-from reference_impl.memory import DefaultShortTermMemory, logger
-from reference_impl.types import MemoryHealth
+from reference_impl.entries import MemoryState
+from reference_impl.memory import DefaultShortTermMemory
 
 from . import mutant_provider
+from ._util import WorkerChange, work
 
 BREAKS = "WM-004"
 COLLATERAL: dict[str, str] = {}
 
 
-def _same_conversation(loaded: object, batch: watermark.Batch) -> bool:
+def _same_conversation(loaded: MemoryState, batch: watermark.Batch) -> bool:
     seqs = [e.seq for e in batch.entries]
     return (
         not batch.recovering
-        and not loaded.health.degraded  # type: ignore[attr-defined]
-        and loaded.summary == batch.previous_summary  # type: ignore[attr-defined]
-        and [e.seq for e in loaded.pending[: len(seqs)]] == seqs  # type: ignore[attr-defined]
+        and not loaded.health.degraded
+        and loaded.summary == batch.previous_summary
+        and [e.seq for e in loaded.pending[: len(seqs)]] == seqs
     )
 
 
 class AdoptingMemory(DefaultShortTermMemory):
     async def _work(self) -> None:
-        while not self._closed:
-            state = self._state
-            batch = watermark.take_batch(state)
-            if batch is None:
-                return
-            delay = state.health.wait_s(self._now())
-            if delay > 0:
-                await self._sleep(delay)
-                continue
-            if state.health.state is MemoryHealth.DEGRADED:
-                self._transition(state.health.begin_recovery(self._now()))
-            summary, error = await self._call(batch)
-            if self._state is not state:
-                if error is not None or not _same_conversation(self._state, batch):
-                    continue
-                state = self._state  # MUTATION: the loaded state adopts the call's summary
-            if error is None:
-                assert summary is not None
-                error = self._reject_summary(state, batch, summary)
-            if error is None:
-                assert summary is not None
-                old = state.summary
-                watermark.install(state, batch, summary)
-                self._transition(state.health.on_success())
-                self._on_summary.emit(old, summary)
-            else:
-                logger.warning("summarizer call failed: %s", error)
-                change = state.health.on_failure(self._now())
-                if change[1] is MemoryHealth.DEGRADED and change[0] is not MemoryHealth.RECOVERING:
-                    watermark.degrade(state, self._config)
-                self._transition(change)
-            try:
-                self._budget.settle(state)
-            except Exception:
-                logger.exception("token_estimator raised bringing the view within budget")
-            self._notify()
-            await asyncio.sleep(0)
+        # MUTATION: the loaded state adopts the summary of a call made for the replaced one
+        await work(self, WorkerChange(success_adopted=_same_conversation))
 
 
 provider = mutant_provider("wm004-reloaded-state-adopts-call-outcome", AdoptingMemory)
