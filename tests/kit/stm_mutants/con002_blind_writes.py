@@ -24,6 +24,11 @@ COLLATERAL = {
         "blind, can land over a state from_dict loaded meanwhile and end the interval the "
         "load started"
     ),
+    "HLT-002": (
+        "the worker's outcome of the replaced state's failed call, written blind, can land "
+        "over a RETRY state from_dict loaded meanwhile and bring its retry sooner (seen on "
+        "a loaded machine)"
+    ),
     "HLT-005": (
         "a recovery attempt the worker starts while turns are added (on a loaded machine, "
         "once degraded_retry_interval_s has passed) writes back, blind, the state it read "
