@@ -132,8 +132,8 @@ async def test_a_lost_reply_is_reported_and_safe_to_retry(fake_memories: MemoryF
 
 async def test_unreachable_server_gives_typed_errors_naming_the_key() -> None:
     from redis.asyncio import Redis
+    from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
-    from redis.retry import Retry
     from stm_redis.server import free_port
 
     client = Redis(host="127.0.0.1", port=free_port(), retry=Retry(NoBackoff(), 0))
