@@ -240,7 +240,7 @@ async def run_guarded(
     if seconds is not None and seconds <= 0:
         if isinstance(coro, Coroutine):
             coro.close()
-        raise CheckTimeout(f"{what}: no time left before the check's deadline")
+        raise CheckTimeout(f"{what}: no time left before the check's deadline{limit}")
     loop = asyncio.get_running_loop()
     global _last_loop
     _last_loop = weakref.ref(loop)
