@@ -129,7 +129,9 @@ class CheckedMemory:
 
     - ``add_turn`` that does not return within ``ADD_TURN_LIMIT_S`` while one of the
       memory's own callbacks is still running: CB-004; else, under ``rolling_summary``:
-      WM-001 (nothing else in ``add_turn`` may take that long); after it, the window
+      WM-001 (nothing else in ``add_turn`` may take that long), unless other ``add_turn``
+      calls of the memory ended meanwhile (it waits its turn behind them, which CON-001
+      allows, and gets the limit again); after it, the window
       (BUD-003) and the token limit (BUD-001) must hold, see
       :func:`~stm_conformance.checks.memory_view`;
     - ``flush`` that returns with a turn still pending that was pending when it was called,
@@ -163,6 +165,8 @@ class CheckedMemory:
         self.__dict__["_stm_summarizer"] = (
             summarizer if isinstance(summarizer, ScriptedSummarizer) else None
         )
+        #: How many ``add_turn`` calls through this wrapper have ended.
+        self.__dict__["_stm_adds_ended"] = 0
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._stm_memory, name)
@@ -175,13 +179,24 @@ class CheckedMemory:
         if tracker is not None:
             tracker.before("add_turn", (turn,))
         task = asyncio.ensure_future(self._stm_memory.add_turn(turn))
+        task.add_done_callback(self._add_ended)
         done, _ = await asyncio.wait({task}, timeout=DEADLOCK_S)
         if not done:
             blocked_on = self._blocked_on(task)
-            if blocked_on is None:
-                rest = _add_turn_limit() - DEADLOCK_S
+            rest = _add_turn_limit() - DEADLOCK_S
+            while blocked_on is None:
+                ended = self._stm_adds_ended
                 done, _ = await asyncio.wait({task}, timeout=rest)
-                blocked_on = None if done else self._blocked_on(task, waited=True)
+                if done:
+                    break
+                if self._stm_adds_ended > ended:
+                    # Queued behind other add_turn calls that do end (a memory may take
+                    # them one at a time): slow on a loaded machine, not waiting on
+                    # summarization. The limit starts again.
+                    rest = _add_turn_limit()
+                    continue
+                blocked_on = self._blocked_on(task, waited=True)
+                break
             if blocked_on is not None:
                 stack = coroutine_stack(task)  # where it waits, before cancelling it
                 task.cancel()
@@ -244,6 +259,9 @@ class CheckedMemory:
             f"HLT-008: {call}() raised {type(exc).__name__}: {exc} {after}: summarizer "
             "failures must never reach callers"
         ) from exc
+
+    def _add_ended(self, _: asyncio.Future[Any]) -> None:
+        self.__dict__["_stm_adds_ended"] += 1
 
     def _blocked_on(self, task: asyncio.Task[Any], *, waited: bool = False) -> str | None:
         """Why ``add_turn`` is stuck: awaiting the summarizer (WM-001) or one of its
