@@ -384,8 +384,11 @@ class DefaultShortTermMemory:
         if task.cancelled() or (exc := task.exception()) is None:
             return
         logger.error("summarizer worker crashed", exc_info=exc)
-        self._crash = exc
-        self._notify()  # flush() waiters see it
+        # A worker started after this one ended (before this callback ran) is the one
+        # flush() waits for: this crash is no longer its concern.
+        if task is self._worker:
+            self._crash = exc
+            self._notify()  # flush() waiters see it
 
     async def _work(self) -> None:
         """The only place the summarizer is called: one call at a time (WM-004)."""

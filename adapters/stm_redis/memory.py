@@ -1218,8 +1218,11 @@ class RedisShortTermMemory:
         if task.cancelled() or (exc := task.exception()) is None:
             return
         logger.error("summarizer worker crashed", exc_info=exc)
-        self._crash = exc
-        self._notify()  # flush() waiters see it
+        # A worker started after this one ended (before this callback ran) is the one
+        # flush() waits for: this crash is no longer its concern.
+        if task is self._worker:
+            self._crash = exc
+            self._notify()  # flush() waiters see it
 
     async def _sleep(self, delay: float) -> None:
         changed = self._changed

@@ -577,6 +577,33 @@ async def test_flush_raises_when_the_worker_crashes_rather_than_wait_forever(
     assert memory.to_dict()["pending"] == [] and summarizer.calls
 
 
+async def test_the_crash_of_a_worker_already_replaced_does_not_fail_flush(
+    fake_memories: MemoryFactory,
+) -> None:
+    """As the reference's: the crash of a worker replaced before its done callback ran
+    leaves ``flush()`` waiting for the running worker (seen as a stale crash failing the
+    test above on a loaded machine)."""
+    summarizer = ScriptedSummarizer()
+    summarizer.hold()
+    memory = fake_memories(config(full_zone_turns=1), summarizer=summarizer)
+    for i in range(3):
+        await memory.add_turn(turn(i))
+    await summarizer.wait_for_calls(1)  # the worker's call is held
+
+    async def crash() -> None:
+        raise ValueError("a bug")
+
+    replaced = asyncio.ensure_future(crash())
+    await asyncio.sleep(0)
+    memory._worker_ended(replaced)
+    flushing = asyncio.ensure_future(memory.flush())
+    await asyncio.sleep(0.05)
+    assert not flushing.done(), flushing  # it waits for the running worker
+    summarizer.release()
+    await asyncio.wait_for(flushing, 5)
+    assert memory.to_dict()["pending"] == [] and summarizer.calls
+
+
 async def test_turn_recorded_answers_for_a_state_loaded_and_not_yet_written(
     fake_memories: MemoryFactory, fake_server: Any
 ) -> None:

@@ -522,3 +522,28 @@ async def test_loading_a_state_again_and_again_brings_no_call_sooner(health: str
     assert len(summarizer.payloads) == calls
     assert memory.health.value == health
     await memory.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.requirement("WM-007")
+async def test_the_crash_of_a_worker_already_replaced_does_not_fail_flush() -> None:
+    summarizer = ScriptedSummarizer(gated=True)
+    memory = DefaultShortTermMemory(config=rolling(), summarizer=summarizer)
+    await memory.add_turn(make_turn(0))
+    await memory.add_turn(make_turn(1))
+    await summarizer.started(1)  # the worker's call waits at the gate
+
+    async def crash() -> None:
+        raise RuntimeError("a bug in the memory")
+
+    replaced = asyncio.ensure_future(crash())
+    await asyncio.sleep(0)
+    # The done callback of a worker that crashed and was replaced before the callback ran.
+    memory._worker_ended(replaced)
+    flushing = asyncio.ensure_future(memory.flush())
+    await asyncio.sleep(0.05)
+    assert not flushing.done(), flushing  # it waits for the running worker
+    summarizer.gate.set()
+    await asyncio.wait_for(flushing, 5)
+    assert "summary" in await view_of(memory)
+    await memory.aclose()
