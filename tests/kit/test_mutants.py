@@ -71,11 +71,11 @@ def _mutant(name: str) -> ModuleType:
 #: For mutants of the Redis backend on fakeredis, three times the default patience and four
 #: times the default --stm-timeout: fakeredis runs each operation as a Lua script in this
 #: process, five times the reference's CPU, and these runs share two cores with thirteen
-#: others. At the defaults, a CI run failed both on WM-002 (the differential check, 25-30 s
-#: there, ran out of its 30 s) and a run beside twelve busy processes failed WM-001 (60
-#: ``add_turn`` calls at once queued on the write lock past their bound); with these
-#: margins both runs failed CON-002 alone in the same conditions. Only failing checks wait
-#: their patience, and these mutants fail one check.
+#: others. At the defaults, a CI run failed both on WM-002: the differential check ran out
+#: of its 30 s (25-30 s beside twelve busy processes here, where one run at the default
+#: patience also failed WM-001 on 60 ``add_turn`` calls at once). With these margins, in
+#: the same conditions, both failed CON-002 alone. Only failing checks wait their
+#: patience, and these mutants fail one check.
 SHARED_ARGS = (
     *(arg for arg in ARGS if not arg.startswith("--stm-patience=")),
     "--stm-patience=3",
