@@ -32,7 +32,13 @@ from .types import (
     ShortTermMemoryConfig,
 )
 
-__all__ = ["DefaultShortTermMemory", "call_summarizer", "saved_for", "unless_replaced"]
+__all__ = [
+    "DefaultShortTermMemory",
+    "call_summarizer",
+    "saved_for",
+    "unless_replaced",
+    "worker_crash",
+]
 
 logger = logging.getLogger("reference_impl.memory")
 
@@ -381,13 +387,8 @@ class DefaultShortTermMemory:
         self._worker.add_done_callback(self._worker_ended)
 
     def _worker_ended(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled() or (exc := task.exception()) is None:
-            return
-        logger.error("summarizer worker crashed", exc_info=exc)
-        # A worker started after this one ended (before this callback ran) is the one
-        # flush() waits for: this crash is no longer its concern.
-        if task is self._worker:
-            self._crash = exc
+        if (crash := worker_crash(task, self._worker, logger)) is not None:
+            self._crash = crash
             self._notify()  # flush() waiters see it
 
     async def _work(self) -> None:
@@ -455,6 +456,18 @@ class DefaultShortTermMemory:
     ) -> str | None:
         """Why ``summary`` is a failed call by the budget (BUD-007), or ``None``."""
         return self._budget.refuse_summary(state, batch, summary)
+
+
+def worker_crash(
+    task: asyncio.Task[None], current: asyncio.Task[None] | None, log: logging.Logger
+) -> BaseException | None:
+    """What a summarizer worker that ended raised, logged, for ``flush()`` to raise on: not
+    when it ended normally or was cancelled, nor once a worker started after it ended
+    (before this done callback ran) is ``current``, the one ``flush()`` waits for."""
+    if task.cancelled() or (exc := task.exception()) is None:
+        return None
+    log.error("summarizer worker crashed", exc_info=exc)
+    return exc if task is current else None
 
 
 def unless_replaced(summarizer: SummarizerFn, current: Callable[[], object]) -> SummarizerFn:

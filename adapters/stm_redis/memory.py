@@ -45,7 +45,13 @@ from reference_impl.callbacks import CallbackQueue
 from reference_impl.entries import Entry, MemoryState, render_view
 from reference_impl.health import HealthMachine, Transition
 from reference_impl.inputs import check_turn, check_turn_id
-from reference_impl.memory import call_summarizer, saved_for, unless_replaced, wait_abandoned
+from reference_impl.memory import (
+    call_summarizer,
+    saved_for,
+    unless_replaced,
+    wait_abandoned,
+    worker_crash,
+)
 from reference_impl.saves import Saves
 
 from . import scripts, state_json
@@ -1215,13 +1221,8 @@ class RedisShortTermMemory:
         self._worker.add_done_callback(self._worker_ended)
 
     def _worker_ended(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled() or (exc := task.exception()) is None:
-            return
-        logger.error("summarizer worker crashed", exc_info=exc)
-        # A worker started after this one ended (before this callback ran) is the one
-        # flush() waits for: this crash is no longer its concern.
-        if task is self._worker:
-            self._crash = exc
+        if (crash := worker_crash(task, self._worker, logger)) is not None:
+            self._crash = crash
             self._notify()  # flush() waiters see it
 
     async def _sleep(self, delay: float) -> None:

@@ -35,7 +35,8 @@ class _Waiting:
         async with self.lock:
             if self.seconds is None:
                 await asyncio.Event().wait()
-            await asyncio.sleep(self.seconds)
+            else:
+                await asyncio.sleep(self.seconds)
             self.added.append(turn)
 
 
