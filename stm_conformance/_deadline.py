@@ -28,6 +28,13 @@ waits for the guard's deadline (its time does not count towards a block after it
 a watchdog that was not scheduled for a while (a starved process) starts its measurement
 again.
 
+A check stopped by its own time limit (``--stm-timeout``) is *not concluded*
+(:class:`CheckOutOfTime`) when it spent that time over many operations: none was left for
+the next one, or the one running had started in the second half of the limit and nothing
+was found stuck in it. A slow backend, or a busy machine, does that as well as a broken
+one; no requirement is judged on it. An operation that ran half the limit or more is
+stuck, and fails the check as before.
+
 A guard also decides early that an operation can never finish, instead of waiting for the
 whole time limit: when the operation, or a task it awaits, was cancelled and still runs
 after :data:`IGNORED_CANCEL_S`; and, with :func:`kit_probe`, when it waits on a summarizer
@@ -39,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import ctypes
 import functools
 import math
@@ -62,24 +70,32 @@ __all__ = [
     "BLOCKED",
     "BLOCK_THRESHOLD_S",
     "CANCEL_GRACE_S",
+    "CHECK_LIMIT",
     "CLOSE_TIMEOUT_S",
     "DEADLOCK_S",
     "Hop",
     "Stuck",
     "IGNORED_CANCEL_S",
+    "NOT_CONCLUDED",
+    "CheckOutOfTime",
     "CheckTimeout",
+    "LeftoverTaskError",
+    "MemoryMark",
     "LoopBlocked",
     "check_deadline",
     "close_runner",
     "coroutine_stack",
     "kit_probe",
     "await_chain",
+    "note_operation",
+    "operating_on",
     "noting_callers",
     "leftover_tasks",
     "remaining",
     "run_bounded",
     "run_guarded",
     "settle_tasks",
+    "wait_owned",
 ]
 
 T = TypeVar("T")
@@ -110,12 +126,55 @@ _MAX_FRAMES = 30
 BLOCKED = "did not return: blocked the event loop"
 #: The reason of a check whose backend awaited something that never happened.
 AWAITED_FOREVER = "awaited forever"
+#: ``limit`` of a guard whose time is what remains of the check's: its end is the check's.
+CHECK_LIMIT = " (--stm-timeout)"
+#: How the message of a :class:`CheckOutOfTime` opens: the report blames no requirement.
+NOT_CONCLUDED = "not concluded"
+_SLOW = (
+    "nothing was found stuck, so no requirement is judged: the backend is slow, or the "
+    "machine busy (a larger --stm-timeout lets the check finish)"
+)
 
 _INTERRUPT_SIGNAL: signal.Signals | None = getattr(signal, "SIGUSR2", None)
 _ASYNCIO_DIR = os.path.dirname(asyncio.__file__) + os.sep
 _SELECTORS_FILE = selectors.__file__
 _HANDLE_RUN = asyncio.Handle._run.__code__
 _SPAWNED: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+#: The check running (its node ID, from :func:`check_deadline`), noted on the tasks started
+#: during it, so that a task that raises after its check ended is told apart.
+_check: str | None = None
+
+
+@dataclass
+class MemoryMark:
+    """One memory of a check, noted on the tasks its operations start (:func:`operating_on`)."""
+
+    #: Its ``aclose()`` (or the provider's ``close``) has been called: from then on its
+    #: tasks end cancelled, not raising an exception nobody retrieves (CON-003).
+    closed: bool = False
+
+
+@dataclass(slots=True)
+class _Origin:
+    """Where a task started: the check, the task's name, and the memory whose operation
+    started it (``None``: none the kit knows of)."""
+
+    check: str
+    name: str
+    memory: MemoryMark | None
+    #: It ended, raising, after that memory's closing began.
+    outlived_close: bool = False
+
+
+#: The memory whose operation the code running in this context belongs to.
+_MEMORY: contextvars.ContextVar[MemoryMark | None] = contextvars.ContextVar(
+    "stm_memory", default=None
+)
+#: ``id(task)`` -> where it started, for the tasks started during a check that may still
+#: report an exception nobody retrieved; the rest are dropped as they end. Keyed by id,
+#: not weakly: the cyclic collector clears weak references before it runs the finalizer
+#: that reports the exception. The name guards against a reused id.
+_ORIGINS: dict[int, _Origin] = {}
 #: Tasks that have called a summarizer wrapped by :func:`noting_callers`.
 _SUMMARIZING: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
@@ -131,6 +190,11 @@ class CheckTimeout(OutcomeException):
         super().__init__(message, pytrace=False)
 
 
+class CheckOutOfTime(CheckTimeout):
+    """The check's time limit (``--stm-timeout``) ended it while no operation was found
+    stuck: the check is not concluded, and its message opens with :data:`NOT_CONCLUDED`."""
+
+
 class LoopBlocked(CheckTimeout):
     """Raised by the watchdog inside backend code that blocks the event loop."""
 
@@ -138,9 +202,25 @@ class LoopBlocked(CheckTimeout):
         super().__init__(message or f"{BLOCKED}: interrupted by the conformance kit's watchdog")
 
 
+class LeftoverTaskError(AssertionError):
+    """A task raised, unretrieved, after the memories that could own it were closed
+    (CON-003): one started during an earlier check (the kit closes every memory a check
+    made before the next check starts), or by an operation of a memory whose ``aclose()``
+    had been called (which must end its tasks by cancelling them). Its exception is
+    reported in whichever check runs when the task is collected, and must not be judged as
+    that check's failure.
+    """
+
+
 # -- the check's deadline ---------------------------------------------------------------
 
 _deadline: float | None = None
+#: The running check's whole time limit, in seconds (``None``: no check or no limit).
+_check_limit: float | None = None
+#: The backend operations the running check awaits through its memory wrapper, with when
+#: each started (``time.monotonic()``): at the check's time limit, one that started late
+#: says the check ran out of time rather than found the backend stuck.
+_operations: weakref.WeakKeyDictionary[asyncio.Future[Any], float] = weakref.WeakKeyDictionary()
 #: The loop of the latest guard: between two guards of a check, the check's deadline
 #: watches it for blocks (a backend task may block it after an operation returned).
 _last_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
@@ -152,15 +232,21 @@ def remaining() -> float | None:
 
 
 @contextlib.contextmanager
-def check_deadline(seconds: float | None) -> Iterator[None]:
+def check_deadline(seconds: float | None, check: str | None = None) -> Iterator[None]:
     """Set the deadline of the check running in this block (``None`` or 0: no limit).
 
     :func:`remaining` reads it (a guard without an explicit limit uses it). Synchronous
     code that runs past it outside any event loop is interrupted by the watchdog.
+    ``check`` names the check (its node ID) on the tasks started in the block: one that
+    raises after the block, unretrieved, fails the check then running with a
+    :class:`LeftoverTaskError` that names this one.
     """
-    global _deadline
-    previous = _deadline
+    global _deadline, _check_limit, _operations, _check
+    previous = _deadline, _check_limit, _operations, _check
     _deadline = time.monotonic() + seconds if seconds else None
+    _check_limit = seconds or None
+    _operations = weakref.WeakKeyDictionary()
+    _check = check
     watch = None
     if seconds and threading.current_thread() is threading.main_thread():
         watch = _Watch(None, threading.get_ident(), BLOCK_THRESHOLD_S, None)
@@ -170,13 +256,27 @@ def check_deadline(seconds: float | None) -> Iterator[None]:
         with _watching(watch):
             yield
     finally:
-        _deadline = previous
+        _deadline, _check_limit, _operations, _check = previous
     if watch is not None and watch.blocked is not None:
         raise CheckTimeout(
             f"check {BLOCKED} between the check's operations (no callback ran for "
             f"{watch.blocked_for:.2g}s): a task of the backend blocked it\n"
             f"stack of the event loop's thread when the block was detected:\n{watch.blocked}"
         )
+
+
+def note_operation(task: asyncio.Future[Any]) -> None:
+    """Note that the running check awaits ``task``, a backend operation, from now on."""
+    _operations[task] = time.monotonic()
+
+
+def _started_late() -> bool:
+    """Whether the backend operations the check awaits, when there are any, all started
+    with less than half of the check's limit left: the check had spent the rest."""
+    if _deadline is None or _check_limit is None:
+        return False
+    starts = [started for task, started in _operations.items() if not task.done()]
+    return bool(starts) and _deadline - min(starts) < _check_limit / 2
 
 
 # -- guards -----------------------------------------------------------------------------
@@ -228,9 +328,15 @@ async def run_guarded(
     """Run ``coro`` in a child task and return its result within ``seconds``.
 
     ``what`` names the operation in failure messages, ``limit`` where ``seconds`` comes
-    from (e.g. ``" (--stm-timeout)"``); ``block_s`` defaults to :data:`BLOCK_THRESHOLD_S`.
+    from (:data:`CHECK_LIMIT` when it is the check's remaining time); ``block_s`` defaults
+    to :data:`BLOCK_THRESHOLD_S`.
 
     Raises:
+        CheckOutOfTime: ``limit`` is :data:`CHECK_LIMIT`, and no time was left, or the
+            time passed with nothing found stuck and ``seconds`` was less than half the
+            check's limit, or the backend operations the check awaited
+            (:func:`note_operation`) all started with less than that left (the check spent
+            the rest on other operations).
         CheckTimeout: the time passed, the task (or a task it awaits) was cancelled and
             still runs after :data:`IGNORED_CANCEL_S`, or ``probe`` found it waiting on
             something only the caller could end (*awaited forever*); or the
@@ -240,7 +346,10 @@ async def run_guarded(
     if seconds is not None and seconds <= 0:
         if isinstance(coro, Coroutine):
             coro.close()
-        raise CheckTimeout(f"{what}: no time left before the check's deadline{limit}")
+        message = f"{what}: no time left before the check's deadline{limit}"
+        if limit == CHECK_LIMIT:
+            raise CheckOutOfTime(f"{NOT_CONCLUDED}: {message}; {_SLOW}")
+        raise CheckTimeout(message)
     loop = asyncio.get_running_loop()
     global _last_loop
     _last_loop = weakref.ref(loop)
@@ -277,12 +386,77 @@ class _SpawnRecorder:
             task = self.inner(loop, coro, **kwargs)
         if self.guards and isinstance(task, asyncio.Task):
             _SPAWNED.add(task)
+            if _check is not None:
+                _ORIGINS[id(task)] = _Origin(_check, task.get_name(), _MEMORY.get())
+                task.add_done_callback(_forget_origin)
         return task
+
+
+@contextlib.contextmanager
+def operating_on(memory: MemoryMark) -> Iterator[None]:
+    """Note ``memory`` on the tasks started in this block, and on those they start."""
+    token = _MEMORY.set(memory)
+    try:
+        yield
+    finally:
+        _MEMORY.reset(token)
+
+
+def _forget_origin(task: asyncio.Task[Any]) -> None:
+    # An exception still to be reported sets ``_log_traceback`` (asyncio's flag for "never
+    # retrieved"); reading ``exception()`` here would clear it.
+    if not getattr(task, "_log_traceback", False):
+        _ORIGINS.pop(id(task), None)
+        return
+    origin = _ORIGINS.get(id(task))
+    if origin is not None and origin.memory is not None and origin.memory.closed:
+        origin.outlived_close = True
+
+
+class _LeftoverHandler:
+    """A loop's exception handler that reports the unretrieved exception of a task left
+    running (started during an earlier check, or by an operation of a memory whose
+    closing had begun when it raised) as a :class:`LeftoverTaskError`, then hands it on
+    to the handler it wraps (pytest-anyio's raises what it gets after the running test)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        task = context.get("future", context.get("task"))
+        error = context.get("exception")
+        origin = _ORIGINS.pop(id(task), None) if isinstance(task, asyncio.Task) else None
+        if (
+            origin is not None
+            and origin.name == task.get_name()  # type: ignore[union-attr]
+            and (origin.check != _check or origin.outlived_close)
+            and isinstance(error, Exception)
+        ):
+            where = (
+                "by an operation of a memory this check closed, was still running when "
+                "its aclose() was called"
+                if origin.check == _check
+                else f"during {origin.check}, was still running after that check had "
+                "closed its memories"
+            )
+            leftover = LeftoverTaskError(
+                f"CON-003: a task ({origin.name}) started {where}, and raised {error!r}, "
+                "which nobody retrieved; it is not this check's failure"
+            )
+            leftover.__cause__ = error
+            context = {**context, "exception": leftover}
+        if self.inner is None:
+            loop.default_exception_handler(context)
+        else:
+            self.inner(loop, context)
 
 
 def _recorder(loop: asyncio.AbstractEventLoop) -> _SpawnRecorder:
     """The loop's :class:`_SpawnRecorder`, installed over its factory when it has none
     (or when the backend replaced it)."""
+    handler = loop.get_exception_handler()
+    if not isinstance(handler, _LeftoverHandler):
+        loop.set_exception_handler(_LeftoverHandler(handler))
     factory = loop.get_task_factory()
     if isinstance(factory, _SpawnRecorder):
         return factory
@@ -315,6 +489,7 @@ async def _guard(
     stuck: Stuck | None = None
     stuck_since = 0.0
     reason: str | None = None
+    out_of_time = False  # the check's time ran out with nothing found stuck
     stack = ""
     try:
         with _watching(watch):
@@ -332,6 +507,15 @@ async def _guard(
                 now = loop.time()
                 wait = _LOOK_S if deadline is None else min(deadline - now, _LOOK_S)
                 if wait <= 0:
+                    # Started late in the check (this operation, or the backend's one
+                    # the check awaits), and no probe's finding on its way.
+                    out_of_time = (
+                        limit == CHECK_LIMIT
+                        and stuck is None
+                        and _check_limit is not None
+                        and seconds is not None
+                        and (seconds < _check_limit / 2 or _started_late())
+                    )
                     reason = f"did not finish within {seconds:g}s{limit}: {AWAITED_FOREVER}"
                     break
                 await asyncio.wait(waiting, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
@@ -363,6 +547,11 @@ async def _guard(
         where = "where it waited when it was stopped"
     ended = await _stop(task)
     after = "" if ended else "; it ignored cancellation and was abandoned"
+    if out_of_time and ended:  # a task that ignores its cancellation is stuck
+        raise CheckOutOfTime(
+            f"{NOT_CONCLUDED}: {what} did not finish within {seconds:g}s{limit}; {_SLOW}\n"
+            f"{where}:\n{stack}".rstrip()
+        )
     raise CheckTimeout(f"{what} {reason}{after}\n{where}:\n{stack}".rstrip())
 
 
@@ -428,6 +617,21 @@ def _retrieve(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
+async def wait_owned(task: asyncio.Future[Any], seconds: float) -> bool:
+    """Whether ``task``, which the caller started and owns, ended within ``seconds``.
+
+    Unlike a bare ``asyncio.wait``, a cancelled caller (a check stopped by its time limit)
+    cancels ``task`` too: left running, it would go on acting on a memory the check has
+    closed, and its error would surface in the next check.
+    """
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    return bool(done)
+
+
 def leftover_tasks() -> set[asyncio.Task[Any]]:
     """Pending tasks of the running loop that guarded operations started and left running."""
     loop = asyncio.get_running_loop()
@@ -477,7 +681,7 @@ def run_bounded(
     if left is None:
         return _run_on(runner, coro)
     left = left if seconds is None else seconds
-    note = " (--stm-timeout)" if seconds is None else ""
+    note = CHECK_LIMIT if seconds is None else ""
     guarded = run_guarded(coro, seconds=left, what=what, probe=kit_probe, limit=note)
     return _run_on(runner, guarded)
 

@@ -355,7 +355,7 @@ class SessionPlugin:
         elif inspect.iscoroutinefunction(original):
             pyfuncitem.obj = _guarded(original, self.timeout)
         try:
-            with _deadline.check_deadline(self.timeout):
+            with _deadline.check_deadline(self.timeout, pyfuncitem.nodeid):
                 return (yield)
         except _deadline.CheckTimeout as exc:
             stopped = str(exc)
@@ -369,7 +369,8 @@ class SessionPlugin:
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-        """Start each failure of a check with its requirement IDs and their text.
+        """Start each failure of a check with its requirement IDs and their text (not one
+        its time limit stopped with nothing found stuck: it judged none of them).
 
         An expected failure listed by requirement ID holds only when the check fails on
         that requirement: failing on another one is a failure (it is not what was expected).
@@ -380,10 +381,13 @@ class SessionPlugin:
             # "recursion depth mismatch" SystemError, which ended the whole run.
             gc.collect()
         report = yield
+        concluded = True
         if call.excinfo is not None and _is_check(item) and (report.failed or report.skipped):
             requirements = _marker_args(item, "stm_requirement")
             blamed = blame_exception(call.excinfo.value, requirements, self.spec)
             report.user_properties.append((PROP_BLAMED, blamed or ""))
+            # Stopped by its time limit with nothing found stuck: no requirement to head it.
+            concluded = blamed is not None or not requirements
         if getattr(report, "wasxfail", None) is not None and call.excinfo is not None:
             expected = item.stash.get(_XFAIL_IDS, None)
             if (
@@ -394,7 +398,7 @@ class SessionPlugin:
                 report.outcome = "failed"
                 report.longrepr = item.repr_failure(call.excinfo)
         headlines = item.stash.get(_HEADLINES, None)
-        if report.failed and headlines:
+        if report.failed and headlines and concluded:
             prefix_failure(report, headlines)
         return report
 
@@ -469,7 +473,7 @@ def _guarded(test: Callable[..., Any], seconds: float | None) -> Callable[..., A
             seconds=limit,
             what="check",
             probe=_deadline.kit_probe,
-            limit=" (--stm-timeout)",
+            limit=_deadline.CHECK_LIMIT,
         )
 
     return run

@@ -16,6 +16,7 @@ import anyio
 import pytest
 from _pytest.outcomes import OutcomeException
 
+from ._deadline import wait_owned
 from ._patience import patient
 from .contract import (
     ConversationTurn,
@@ -317,8 +318,7 @@ async def returns_within(
     own summarizer), so that they fail on their requirement, not at the check's deadline."""
     timeout = patient(timeout)
     task = asyncio.ensure_future(awaitable)
-    done, _ = await asyncio.wait({task}, timeout=timeout)
-    if not done:
+    if not await wait_owned(task, timeout):
         task.cancel()
         raise AssertionError(f"{what} (did not return within {timeout:g}s)")
     return task.result()

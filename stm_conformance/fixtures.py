@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
@@ -22,13 +23,17 @@ from ._deadline import (
     CLOSE_TIMEOUT_S,
     DEADLOCK_S,
     CheckTimeout,
+    MemoryMark,
     await_chain,
     coroutine_stack,
     kit_probe,
     leftover_tasks,
+    note_operation,
     noting_callers,
+    operating_on,
     run_guarded,
     settle_tasks,
+    wait_owned,
 )
 from ._patience import patient
 from ._session import active_backend
@@ -145,6 +150,10 @@ class CheckedMemory:
     but what callers are told to expect (from ``add_turn``: the provider's
     ``budget_exceeded_error``, ``ValueError``, ``TypeError``; from the others: nothing):
     HLT-008, the summarizer's failure reached a caller, whatever the check is about.
+
+    A task that ``add_turn`` or ``flush`` started (or one such a task started) and that
+    raises, unretrieved, once ``aclose()`` has been called: CON-003, whichever check it
+    surfaces in (:class:`~stm_conformance._deadline.LeftoverTaskError`).
     """
 
     def __init__(
@@ -154,6 +163,7 @@ class CheckedMemory:
         summarizer: Any = None,
         tracker: Tracker | None = None,
         expected: tuple[type[BaseException], ...] = (ValueError, TypeError),
+        mark: MemoryMark | None = None,
     ) -> None:
         self.__dict__["_stm_memory"] = memory
         self.__dict__["_stm_config"] = config
@@ -167,9 +177,14 @@ class CheckedMemory:
         )
         #: How many ``add_turn`` calls through this wrapper have ended.
         self.__dict__["_stm_adds_ended"] = 0
+        #: Noted on the tasks ``add_turn`` and ``flush`` start, and closed when ``aclose()``
+        #: is called: a task of the memory that raises after that is blamed on CON-003.
+        self.__dict__["_stm_mark"] = mark if mark is not None else MemoryMark()
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._stm_memory, name)
+        if name == "aclose":
+            value = _marking_closed(value, self._stm_mark)
         tracker = self._stm_tracker
         return value if tracker is None else tracker.wrap(name, value)
 
@@ -178,16 +193,16 @@ class CheckedMemory:
         tracker = self._stm_tracker
         if tracker is not None:
             tracker.before("add_turn", (turn,))
-        task = asyncio.ensure_future(self._stm_memory.add_turn(turn))
+        with operating_on(self._stm_mark):
+            task = asyncio.ensure_future(self._stm_memory.add_turn(turn))
         task.add_done_callback(self._add_ended)
-        done, _ = await asyncio.wait({task}, timeout=DEADLOCK_S)
-        if not done:
+        note_operation(task)
+        if not await wait_owned(task, DEADLOCK_S):
             blocked_on = self._blocked_on(task)
             rest = _add_turn_limit() - DEADLOCK_S
             while blocked_on is None:
                 ended = self._stm_adds_ended
-                done, _ = await asyncio.wait({task}, timeout=rest)
-                if done:
+                if await wait_owned(task, rest):
                     break
                 if self._stm_adds_ended > ended:
                     # Queued behind other add_turn calls that do end (a memory may take
@@ -302,11 +317,13 @@ class CheckedMemory:
         before = _pending_users(await self._stm_memory.get_llm_context())
         if self._stm_tracker is not None:
             self._stm_tracker.before("flush", ())
-        task = asyncio.ensure_future(self._stm_memory.flush())
+        with operating_on(self._stm_mark):
+            task = asyncio.ensure_future(self._stm_memory.flush())
+        note_operation(task)
         while not task.done():
             summarizer = self._stm_summarizer
             calls = len(summarizer.calls) if summarizer is not None else 0
-            await asyncio.wait({task}, timeout=patient(FLUSH_LIMIT_S))
+            await wait_owned(task, patient(FLUSH_LIMIT_S))
             if task.done() or summarizer is None or summarizer.waiting:
                 continue  # a held or unknown summarizer: the check's own limits apply
             task.cancel()
@@ -337,6 +354,17 @@ def _callers_errors(provider: Provider) -> tuple[type[BaseException], ...]:
     return (ValueError, TypeError, *(refused if isinstance(refused, tuple) else (refused,)))
 
 
+def _marking_closed(aclose: Callable[[], Awaitable[None]], mark: MemoryMark) -> Any:
+    """The memory's ``aclose``, noting on ``mark`` that it was called."""
+
+    @functools.wraps(aclose)
+    async def close() -> None:
+        mark.closed = True
+        await aclose()
+
+    return close
+
+
 class _Memories:
     """Creates memories through one provider factory and closes them all at the end."""
 
@@ -351,7 +379,7 @@ class _Memories:
         self._close = close
         self._limit = limit
         self._expected = expected
-        self._created: list[Any] = []
+        self._created: list[tuple[Any, MemoryMark]] = []
 
     async def make(
         self,
@@ -368,16 +396,18 @@ class _Memories:
             fresh_key() if key is None else key,
             given if tracker is None else tracker.summarizer(given),
         )
-        self._created.append(memory)
+        mark = MemoryMark()
+        self._created.append((memory, mark))
         if tracker is not None:
             tracker.attach(memory)
-        return CheckedMemory(memory, config, summarizer, tracker, self._expected)
+        return CheckedMemory(memory, config, summarizer, tracker, self._expected, mark)
 
     async def close_all(self) -> None:
         failures: list[str] = []
         first: BaseException | None = None
         while self._created:
-            memory = self._created.pop()
+            memory, mark = self._created.pop()
+            mark.closed = True
             try:
                 await _bounded(self._close(memory), self._limit, "closing a memory at teardown")
             except (Exception, CheckTimeout) as exc:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import pytest
 from _pytest._code.code import ExceptionChainRepr, ReprTraceback
 
+from ._deadline import NOT_CONCLUDED
 from .capabilities import CAPABILITY_DESCRIPTIONS, LEVELS
 from .requirements import Spec
 
@@ -92,7 +93,8 @@ class CheckResult:
     duration_s: float = 0.0
     #: The requirement a failure (or an expected failure) is blamed on: the ID its message
     #: opens with, else the check's first requirement. The check's other requirements were
-    #: not concluded, not broken.
+    #: not concluded, not broken. ``None`` for a check its time limit stopped with nothing
+    #: found stuck: none of its requirements was concluded.
     blamed: str | None = None
     #: The scenarios the check exercised (``dimension:value``, see ``scenarios``).
     scenarios: tuple[str, ...] = ()
@@ -101,8 +103,7 @@ class CheckResult:
         """What this check says about one requirement."""
         outcome = self.final_outcome
         if outcome in ("failed", "xfailed"):
-            blamed = self.blamed or next(iter(self.requirements), None)
-            if blamed == requirement:
+            if self.blamed == requirement:
                 return "fail" if outcome == "failed" else "xfail"
             return "inconclusive"
         return "pass" if outcome == "passed" else "skip"
@@ -198,18 +199,26 @@ class Results:
                 prefix = "\n".join(self.spec.headline(rid) for rid in check.requirements)
                 message = _failure_message(report).replace(prefix + "\n", "", 1)
                 check.outcome, check.message = "failed", message
-                blamed = dict(report.user_properties).get(PROP_BLAMED)
-                check.blamed = str(blamed) if blamed else self.blame(message, check.requirements)
+                check.blamed = self._blamed(report, message, check.requirements)
         elif report.skipped and check.outcome != "failed":
             wasxfail = getattr(report, "wasxfail", None)
             if wasxfail is not None:
                 check.outcome, check.message = "xfailed", str(wasxfail)
-                blamed = dict(report.user_properties).get(PROP_BLAMED)
-                check.blamed = str(blamed) if blamed else self.blame("", check.requirements)
+                check.blamed = self._blamed(report, "", check.requirements)
             else:
                 check.outcome, check.message = "skipped", _skip_message(report)
         elif report.when == "call" and check.outcome is None:
             check.outcome = "passed"
+
+    def _blamed(
+        self, report: pytest.TestReport, message: str, requirements: Sequence[str]
+    ) -> str | None:
+        """The requirement the kit blamed when it reported the failure (``""``: none, the
+        check was not concluded), else the one ``message`` is about."""
+        blamed = dict(report.user_properties).get(PROP_BLAMED)
+        if blamed is None:
+            return self.blame(message, requirements)
+        return str(blamed) or None
 
     def blame(self, message: str, requirements: Sequence[str]) -> str | None:
         """The requirement a failure message is about: the spec ID it opens with (even one
@@ -416,22 +425,44 @@ def _status_totals(statuses: Iterable[str]) -> dict[str, int]:
 
 # "AssertionError: BUD-008: ..." -- a check asserting several requirements names the one
 # an assertion is about at the start of its message.
+# "Failed: not concluded: ..." -- pytest.fail's type, then the message of a CheckOutOfTime.
+_NOT_CONCLUDED = re.compile(rf"^(?:[A-Za-z_.]+: )?{NOT_CONCLUDED}:")
 _NAMED_ID = re.compile(r"^(?:[A-Za-z_.]*(?:Error|Exception|Divergence): )?(?P<id>[A-Z]+-\d{3})\b")
 
 
 def blame_exception(error: BaseException, requirements: Sequence[str], spec: Spec) -> str | None:
     """:func:`blame` for an exception; a group whose members all blame one requirement
-    (concurrent operations failing alike) blames that one."""
+    (concurrent operations failing alike) blames that one.
+
+    Members that were not concluded (the check's time limit stopped them with nothing
+    found stuck) say nothing either way: a group of hypothesis' failures whose one example
+    ran out of time and whose others found a task left running (CON-003) blames CON-003,
+    and a group of members none of which concluded is not concluded.
+    """
     if isinstance(error, BaseExceptionGroup):
-        found = {blame_exception(inner, (), spec) for inner in error.exceptions}
+        concluded = [inner for inner in error.exceptions if _concludes(inner)]
+        if not concluded:
+            return None
+        found = {blame_exception(inner, (), spec) for inner in concluded}
         if len(found) == 1 and None not in found:
             return found.pop()
     return blame(f"{type(error).__name__}: {error}", requirements, spec)
 
 
+def _concludes(error: BaseException) -> bool:
+    """Whether ``error`` judged something: not a check's time limit reached with nothing
+    found stuck, nor a group of only such."""
+    if isinstance(error, BaseExceptionGroup):
+        return any(_concludes(inner) for inner in error.exceptions)
+    return not _NOT_CONCLUDED.match(f"{type(error).__name__}: {error}".strip())
+
+
 def blame(message: str, requirements: Sequence[str], spec: Spec) -> str | None:
     """The requirement a failure is about: the spec ID its message opens with, else the
-    first of ``requirements`` (``None`` when there are none)."""
+    first of ``requirements``; ``None`` when there are none, or when the message says the
+    check was not concluded (its time limit stopped it with nothing found stuck)."""
+    if _NOT_CONCLUDED.match(message.strip()):
+        return None
     named = _NAMED_ID.match(message.strip())
     if named and named["id"] in spec:
         return named["id"]

@@ -362,11 +362,14 @@ async def test_a_summary_over_many_pending_turns_hides_them_in_one_step(make_mem
     first_done = asyncio.Event()
     summarizer, calls = _first_call_answers(summary, first_done)
     # Thirty pending turns, under a backlog limit no run reaches (WM-006 is not checked here).
+    # The first call waits for all forty turns: no summarizer timeout, which a backend of
+    # 100 ms per add_turn reaches at the default of 2 s (WM-008 is not checked here either).
     cfg = config(
         full_zone_turns=2,
         total_max_tokens=700,
         summary_max_tokens=200,
         recovery_backlog_limit=1000,
+        summarizer_timeout_s=None,
     )
     model = SpecModel(cfg)
     memory = await make_memory(cfg, summarizer=summarizer)

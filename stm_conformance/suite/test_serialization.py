@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stm_conformance import ScriptedSummarizer
-from stm_conformance._deadline import noting_callers
+from stm_conformance._deadline import MemoryMark, noting_callers
 from stm_conformance.checks import (
     EITHER_STRATEGY,
     config,
@@ -183,15 +183,17 @@ async def _source_and_clone(
     seconds."""
     summarizers = (source_summarizer, clone_summarizer)
     made = [await stm_provider.create(cfg, key, noting_callers(s)) for s in summarizers]
+    marks = (MemoryMark(), MemoryMark())
     try:
         yield (
-            CheckedMemory(made[0], cfg, source_summarizer),
-            CheckedMemory(made[1], cfg, clone_summarizer),
+            CheckedMemory(made[0], cfg, source_summarizer, mark=marks[0]),
+            CheckedMemory(made[1], cfg, clone_summarizer, mark=marks[1]),
         )
     finally:
         for summarizer in summarizers:
             summarizer.release()
-        for memory in made:
+        for memory, mark in zip(made, marks, strict=True):
+            mark.closed = True
             await stm_provider.dispose(memory)
 
 

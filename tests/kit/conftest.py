@@ -6,7 +6,7 @@ import itertools
 import os
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -62,13 +62,14 @@ def run_pytest(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Ru
         monkeypatch.delenv(name, raising=False)
     runs = itertools.count()
 
-    def run(*args: str) -> pytest.RunResult:
+    def run(*args: str, path: Sequence[str] = ()) -> pytest.RunResult:
+        """``path``: directories put first on the run's ``sys.path``."""
         files = pytester.path.parent / f"{pytester.path.name}-run{next(runs)}"
         files.mkdir()
         command = [f"--basetemp={files / 'basetemp'}", *map(str, args)]
         started = time.monotonic()
         forked = zygote().start(
-            pytester.path, command, dict(os.environ), [], split=True, files=files
+            pytester.path, command, dict(os.environ), list(path), split=True, files=files
         )
         code, _ = forked.wait(RUN_TIMEOUT_S)
         out, err = forked.output()

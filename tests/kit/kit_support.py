@@ -132,3 +132,13 @@ def failing_checks(report: Mapping[str, Any]) -> str:
         if c["outcome"] == "failed"
     ]
     return "\n".join(lines) or "  (none)"
+
+
+def assert_passed_everything(report: Mapping[str, Any], output: str, who: str) -> None:
+    """A whole run of the suite against ``who`` passed every check it ran, and ran them all."""
+    failed = failed_requirements(report)
+    assert report["run"]["exit_status"] == 0 and not failed, (
+        f"{who} failed {sorted(failed)}\n{failing_checks(report)}\n{output[-4000:]}"
+    )
+    assert report["run"]["complete"], f"the run against {who} did not cover the whole suite"
+    assert report["summary"]["checks"]["failed"] == 0

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from kit_support import RunPytest
+from kit_support import RunPytest, load_json, validate_report
 
 FakeSuite = Callable[[str], Path]
 BACKEND = "--stm-backend=fakeprov:provider"
@@ -194,3 +194,101 @@ def test_a_run_freezes_what_it_collected_and_unfreezes_it_at_the_end(
     result = pytester.runpytest_inprocess(BACKEND, "test_fake.py")
     result.assert_outcomes(passed=1)
     assert gc.get_freeze_count() == 0
+
+
+def test_a_task_that_raises_after_its_check_is_blamed_on_con003_not_on_the_check_then_running(
+    fake_suite: FakeSuite, run_pytest: RunPytest, pytester: pytest.Pytester
+) -> None:
+    # A task started in one check raises, unretrieved, during the next: that check is not
+    # what broke (it was blamed on BUD-001 here). A task that raises within its own check
+    # still fails that check, on that check's requirement.
+    fake_suite(
+        """
+        import asyncio
+        import gc
+
+
+        async def boom(after):
+            await asyncio.sleep(after)
+            raise RuntimeError("from a leftover task")
+
+
+        @req("CB-001")
+        async def test_leaves_a_task():
+            asyncio.get_running_loop().create_task(boom(0.1))
+
+
+        @req("BUD-001")
+        async def test_runs_meanwhile():
+            await asyncio.sleep(0.5)
+            gc.collect()
+
+
+        @req("STR-001")
+        async def test_raises_in_its_own_task():
+            asyncio.get_running_loop().create_task(boom(0))
+            await asyncio.sleep(0.2)
+            gc.collect()
+        """
+    )
+    result = run_pytest(BACKEND, "--stm-report=r.json", "test_fake.py")
+    result.assert_outcomes(passed=1, failed=2)
+    report = load_json(pytester.path / "r.json")
+    validate_report(report)
+    checks = {c["nodeid"].split("::")[-1]: c for c in report["checks"]}
+    blamed = {name: c["blamed"] for name, c in checks.items()}
+    assert blamed == {
+        "test_leaves_a_task": None,
+        "test_runs_meanwhile": "CON-003",
+        "test_raises_in_its_own_task": "STR-001",
+    }
+    message = checks["test_runs_meanwhile"]["message"]
+    assert "started during test_fake.py::test_leaves_a_task, was still running" in message
+    assert "RuntimeError('from a leftover task')" in message
+    statuses = {rid: r["status"] for rid, r in report["requirements"].items()}
+    assert statuses["CON-003"] == "fail" and statuses["BUD-001"] == "inconclusive"
+    assert statuses["CB-001"] == "pass"
+
+
+def test_a_check_out_of_its_time_with_nothing_stuck_blames_no_requirement(
+    fake_suite: FakeSuite, run_pytest: RunPytest, pytester: pytest.Pytester
+) -> None:
+    # A step that starts with a third of the check's time left and is only slow (a timer,
+    # not a wait on something only the caller could end): the run fails, but the check
+    # says nothing of WM-002 or WM-001; a check that did conclude still fails its own.
+    fake_suite(
+        """
+        import asyncio
+        import time
+
+        from stm_conformance._deadline import close_runner, run_bounded
+
+
+        @req("WM-002")
+        @req("WM-001")
+        def test_runs_out_of_time():
+            runner = asyncio.Runner()
+            try:
+                time.sleep(1.0)  # the check's earlier steps
+                run_bounded(runner, asyncio.sleep(30), what="a slow step")
+            finally:
+                close_runner(runner)
+
+
+        @req("BUD-001")
+        def test_concludes():
+            raise AssertionError("BUD-001: over the limit")
+        """
+    )
+    result = run_pytest(BACKEND, "--stm-timeout=1.5", "--stm-report=r.json", "test_fake.py")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        ["*not concluded: a slow step did not finish within 0.*s (--stm-timeout); nothing*"]
+    )
+    report = load_json(pytester.path / "r.json")
+    validate_report(report)
+    blamed = {c["nodeid"].split("::")[-1]: c["blamed"] for c in report["checks"]}
+    assert blamed == {"test_runs_out_of_time": None, "test_concludes": "BUD-001"}
+    statuses = {rid: r["status"] for rid, r in report["requirements"].items()}
+    assert statuses["WM-001"] == statuses["WM-002"] == "inconclusive"
+    assert statuses["BUD-001"] == "fail"

@@ -76,3 +76,21 @@ def test_calls_waiting_on_one_that_never_ends_are_blamed() -> None:
 
     with pytest.raises(PreconditionError, match=r"^WM-001: add_turn did not return within"):
         asyncio.run(main())
+
+
+@pytest.mark.parametrize("seconds", [0.05, 0.4], ids=["first wait", "later wait"])
+def test_a_cancelled_check_cancels_the_add_turn_it_waits_for(seconds: float) -> None:
+    # A check its time limit stops cancels the call it awaits: left running, the call went
+    # on after the check had closed the memory, and its error ended the next check.
+    async def main() -> list[int]:
+        memory = _Waiting(1.0)
+        check = asyncio.ensure_future(_checked(memory).add_turn(0))
+        await asyncio.sleep(seconds)
+        check.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await check
+        await asyncio.sleep(1.2)  # past the end of the call, had it gone on
+        assert not memory.lock.locked()
+        return memory.added
+
+    assert asyncio.run(main()) == []

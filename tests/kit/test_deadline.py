@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +19,9 @@ from stm_conformance import _deadline
 from stm_conformance._deadline import (
     AWAITED_FOREVER,
     BLOCKED,
+    CHECK_LIMIT,
+    NOT_CONCLUDED,
+    CheckOutOfTime,
     CheckTimeout,
     check_deadline,
     close_runner,
@@ -302,9 +306,46 @@ def test_a_guard_with_no_time_left_fails_at_once() -> None:
     async def never_run() -> None:
         raise AssertionError("ran")  # pragma: no cover
 
-    message, took = _guarded(never_run(), seconds=0, limit=" (--stm-timeout)")
-    assert message.endswith("no time left before the check's deadline (--stm-timeout)")
+    with pytest.raises(CheckOutOfTime) as caught:
+        asyncio.run(run_guarded(never_run(), seconds=0, what="op", limit=CHECK_LIMIT))
+    assert str(caught.value).startswith(
+        f"{NOT_CONCLUDED}: op: no time left before the check's deadline (--stm-timeout); "
+    )
+    # Another limit than the check's: a finding, as before.
+    message, took = _guarded(never_run(), seconds=0, limit=" (a limit of the check's own)")
+    assert message == "op: no time left before the check's deadline (a limit of the check's own)"
     assert took < 1
+
+
+def _out_of_check_time(check_s: float, op_s: float) -> CheckTimeout:
+    """What an operation waiting on nothing raises when the check's time ends it after
+    ``op_s`` of a ``check_s`` limit."""
+
+    async def op() -> None:
+        await asyncio.Event().wait()
+
+    async def check() -> None:
+        await asyncio.sleep(check_s - op_s)  # the check's earlier operations
+        await run_guarded(op(), seconds=remaining(), what="op", limit=CHECK_LIMIT)
+
+    with check_deadline(check_s), pytest.raises(CheckTimeout) as caught:
+        asyncio.run(check())
+    return caught.value
+
+
+def test_an_operation_started_late_in_a_check_that_runs_out_of_time_concludes_nothing() -> None:
+    late = _out_of_check_time(1.0, 0.3)
+    assert type(late) is CheckOutOfTime
+    assert re.match(
+        rf"{NOT_CONCLUDED}: op did not finish within 0\.[23]\d*s \(--stm-timeout\); "
+        "nothing was found stuck, so no requirement is judged",
+        str(late),
+    ), str(late)
+    assert "in op" in str(late), "the stack of where it waited"
+    # Half the check's time or more in one operation: stuck there, a failure as before.
+    stuck = _out_of_check_time(0.6, 0.45)
+    assert type(stuck) is CheckTimeout
+    assert f"(--stm-timeout): {AWAITED_FOREVER}" in str(stuck)
 
 
 def test_check_deadline_bounds_guards_and_interrupts_synchronous_code() -> None:

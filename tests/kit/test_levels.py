@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from stm_conformance.report import CheckResult, Results
+from stm_conformance._deadline import NOT_CONCLUDED, CheckOutOfTime, LeftoverTaskError
+from stm_conformance.report import CheckResult, Results, blame_exception
 from stm_conformance.requirements import load_spec
 
 CHECKS = [
@@ -19,13 +20,16 @@ CHECKS = [
 def results(**outcomes: str) -> Results:
     out = Results(load_spec())
     for name, capabilities, rid in CHECKS:
+        outcome = outcomes.get(name, "passed")
         out.checks[name] = CheckResult(
             nodeid=name,
             requirements=(rid,),
             capabilities=capabilities,
             probe=None,
             xfail_category=None,
-            outcome=outcomes.get(name, "passed"),  # type: ignore[arg-type]
+            outcome=outcome,  # type: ignore[arg-type]
+            # As recorded from a report: a failure is blamed on the requirement it is about.
+            blamed=rid if outcome in ("failed", "xfailed") else None,
         )
     return out
 
@@ -76,6 +80,15 @@ def test_requirement_status_prefers_fail_then_xfail_then_pass_then_skip() -> Non
     assert r.requirement_statuses()["WM-003"][0] == "xfail"
 
 
+def test_a_check_not_concluded_is_inconclusive_for_every_requirement_it_checks() -> None:
+    r = results(rolling="failed", serial="xfailed")
+    r.checks["rolling"].blamed = r.checks["serial"].blamed = None
+    statuses = r.requirement_statuses()
+    assert statuses["WM-003"][0] == "inconclusive"
+    assert statuses["SER-002"][0] == "inconclusive"
+    assert reached(r) == ["Core"]
+
+
 def test_the_reason_names_a_failure_before_a_skip() -> None:
     r = results(shared="skipped", persist="failed")
     r.checks["persist"].blamed = "SER-005"
@@ -109,3 +122,26 @@ def test_a_failure_is_blamed_on_one_requirement_and_inconclusive_for_the_rest() 
     assert statuses["BUD-004"] == statuses["BUD-010"] == "inconclusive"
     assert r.blame("TypeError: boom", ("BUD-004", "BUD-010")) == "BUD-004"
     assert r.blame("AssertionError: XYZ-999: not in the spec", ("BUD-004",)) == "BUD-004"
+
+
+def test_members_of_a_group_that_were_not_concluded_do_not_decide_its_blame() -> None:
+    """Hypothesis' "distinct failures" of one check: examples that found a task left
+    running (CON-003) and one its time limit stopped with nothing found stuck. The group
+    is blamed on CON-003, not on the check's own requirement."""
+    spec = load_spec()
+    leftover = LeftoverTaskError("CON-003: a task (Task-7) started during a check ...")
+    out_of_time = CheckOutOfTime(f"{NOT_CONCLUDED}: check did not finish within 0.2s")
+    anyio_group = ExceptionGroup("Multiple exceptions occurred", [leftover, leftover])
+    found = BaseExceptionGroup("Hypothesis found 2 distinct failures.", [anyio_group, out_of_time])
+    assert blame_exception(found, ("SER-002",), spec) == "CON-003"
+    # Only members that ran out of time: no requirement was judged.
+    nothing = BaseExceptionGroup(
+        "Hypothesis found 2 distinct failures.", [out_of_time, out_of_time]
+    )
+    assert blame_exception(nothing, ("SER-002",), spec) is None
+    # Concluded members that disagree still blame the check's own requirement.
+    mixed = ExceptionGroup("two", [leftover, AssertionError("BUD-008: estimate differs")])
+    assert blame_exception(mixed, ("SER-002",), spec) == "SER-002"
+    assert blame_exception(BaseExceptionGroup("g", [mixed, out_of_time]), ("SER-002",), spec) == (
+        "SER-002"
+    )

@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from kit_support import KIT_TESTS, failed_requirements, failing_checks
+from kit_support import KIT_TESTS, assert_passed_everything, failed_requirements, failing_checks
 from run_ahead import Ended, Job
 
 from stm_conformance.capabilities import CAPABILITIES as SHARED_CAPABILITIES
@@ -147,10 +147,4 @@ def test_suite_catches_mutant(name: str, suite_result: Ended) -> None:
 
 @pytest.mark.suite_run(Job("reference", "reference", ARGS))
 def test_reference_passes_everything(suite_result: Ended) -> None:
-    report, output = suite_result.report, suite_result.output
-    failed = failed_requirements(report)
-    assert report["run"]["exit_status"] == 0 and not failed, (
-        f"the reference backend failed {sorted(failed)}\n{failing_checks(report)}\n{output[-4000:]}"
-    )
-    assert report["run"]["complete"], "the reference run did not cover the whole suite"
-    assert report["summary"]["checks"]["failed"] == 0
+    assert_passed_everything(suite_result.report, suite_result.output, "the reference backend")

@@ -5,10 +5,14 @@
 - :data:`broken_reference`: the reference backend after a wrong change to the reference
   itself (a summary install clears every pending turn). The differential must still catch
   it: its oracle is the kit's model, not the reference.
+- :func:`slow_reference`: the reference backend taking ``$STM_TEST_ADD_TURN_DELAY_S``
+  seconds more for every ``add_turn``, as a backend on a network store does: a correct
+  backend that is only slow must pass.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 from typing import Any
@@ -18,7 +22,7 @@ from reference_impl.entries import MemoryState
 from reference_impl.provider import provider as reference_provider
 from stm_conformance.provider import Provider
 
-__all__ = ["broken_reference", "racy", "restricted"]
+__all__ = ["broken_reference", "racy", "restricted", "slow_reference"]
 
 
 def restricted() -> Provider:
@@ -64,3 +68,23 @@ def racy() -> Provider:
         return memory_class(config=config, summarizer=summarizer, key=key)
 
     return dataclasses.replace(reference_provider, name="reference-racy", create=create)
+
+
+def slow_reference() -> Provider:
+    """The reference, waiting ``$STM_TEST_ADD_TURN_DELAY_S`` seconds (a round trip to a
+    store) at the start of every ``add_turn``."""
+    from reference_impl.memory import DefaultShortTermMemory
+
+    delay = float(os.environ["STM_TEST_ADD_TURN_DELAY_S"])
+
+    class SlowAddTurn(DefaultShortTermMemory):
+        async def add_turn(self, turn: Any) -> None:
+            await asyncio.sleep(delay)
+            await super().add_turn(turn)
+
+    async def create(config: Any, key: Any, summarizer: Any) -> Any:
+        return SlowAddTurn(config=config, summarizer=summarizer, key=key)
+
+    return dataclasses.replace(
+        reference_provider, name=f"reference-slowed-{delay:g}s", create=create
+    )
