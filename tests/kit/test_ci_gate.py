@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kit_support import DOCS, RUN_TIMEOUT_S, clean_environment, load_json
+from kit_support import DOCS, ROOMY_TIMEOUT, RUN_TIMEOUT_S, clean_environment, load_json
 
 SCRIPT = DOCS / "examples" / "ci-gate.sh"
 GUIDE = DOCS / "ci-gate.md"
@@ -43,7 +43,7 @@ def test_the_guide_shows_the_script_verbatim() -> None:
 
 
 def test_a_reached_level_passes_the_gate(tmp_path: Path) -> None:
-    status, output = gate(tmp_path, {"STM_GATE_NO_INSTALL": "1"})
+    status, output = gate(tmp_path, {"STM_GATE_NO_INSTALL": "1"}, ROOMY_TIMEOUT)
     assert status == 0, output
     report = load_json(tmp_path / "stm-report.json")
     assert report["backend"]["setting"] == "reference"

@@ -6,8 +6,10 @@ against it in a subprocess, exactly as a backend author would run it, and must f
 the module's time budget (``WALL_S``), fail ``FAILS``, fail ``CHECK`` with ``REASON`` and
 the stack of the backend's code, and run every other check.
 
-All run at the default settings (``--stm-timeout`` 30 s): none of these hangs waits for
-the timeout, so each ``WALL_S`` is checked as promised to backend authors.
+All run at the default settings (``--stm-timeout`` 30 s). The promise to backend authors
+(``docs/backend-authors.md``, section 14) is that a hang is decided by the kit's own rules,
+sooner than the time limit: no check of these runs may end at ``--stm-timeout``.
+``WALL_S`` only bounds the whole run, with room for a machine shared with the other runs.
 """
 
 from __future__ import annotations
@@ -63,12 +65,16 @@ def _params() -> list[Any]:
 
 @pytest.mark.parametrize("name", _params())
 def test_suite_ends_every_check_of_a_hanging_backend(name: str, suite_result: Ended) -> None:
+    from stm_conformance._deadline import CHECK_LIMIT
+
     module = _hang(name)
     report, output, took = suite_result.report, suite_result.output, suite_result.took_s
     tail = output[-3000:]
     assert report["backend"]["name"] == module.provider.name
     assert took <= module.WALL_S, f"the run took {took:.0f}s > {module.WALL_S}s\n{tail}"
     assert report["run"]["complete"], f"the run did not cover the whole suite\n{tail}"
+    waited = [c["nodeid"] for c in report["checks"] if CHECK_LIMIT in (c["message"] or "")]
+    assert not waited, f"checks that waited out --stm-timeout, not decided sooner: {waited}"
     failed = {rid for rid, r in report["requirements"].items() if r["status"] == "fail"}
     assert module.FAILS in failed, f"{module.FAILS} did not fail: {sorted(failed)}\n{tail}"
     messages = [

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
-from kit_support import failing_checks
+from kit_support import ROOMY_TIMEOUT, failing_checks
 from run_ahead import Ended, Job
 
 from stm_conformance.capabilities import LEVELS
@@ -19,7 +19,7 @@ REACHABLE = ["Core", "Summary", "Durable"]
 
 def _job(name: str, capabilities: frozenset[str]) -> Job:
     env = (("STM_TEST_CAPABILITIES", ",".join(sorted(capabilities))),)
-    return Job(f"levels-{name}", "stm_restricted:restricted", env=env)
+    return Job(f"levels-{name}", "stm_restricted:restricted", (ROOMY_TIMEOUT,), env=env)
 
 
 def _params(names: list[str], capabilities: Mapping[str, frozenset[str]]) -> list[object]:

@@ -23,7 +23,13 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from kit_support import KIT_TESTS, assert_passed_everything, failed_requirements, failing_checks
+from kit_support import (
+    KIT_TESTS,
+    ROOMY_TIMEOUT,
+    assert_passed_everything,
+    failed_requirements,
+    failing_checks,
+)
 from run_ahead import Ended, Job
 
 from stm_conformance.capabilities import CAPABILITIES as SHARED_CAPABILITIES
@@ -145,6 +151,6 @@ def test_suite_catches_mutant(name: str, suite_result: Ended) -> None:
         )
 
 
-@pytest.mark.suite_run(Job("reference", "reference", ARGS))
+@pytest.mark.suite_run(Job("reference", "reference", (*ARGS, ROOMY_TIMEOUT)))
 def test_reference_passes_everything(suite_result: Ended) -> None:
     assert_passed_everything(suite_result.report, suite_result.output, "the reference backend")

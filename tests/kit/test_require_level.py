@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kit_support import RunPytest, run_suite
+from kit_support import ROOMY_TIMEOUT, RunPytest, run_suite
 from run_ahead import Ended, Job
 
 
-@pytest.mark.suite_run(Job("require-durable", "reference", ("--stm-require-level=Durable",)))
+@pytest.mark.suite_run(
+    Job("require-durable", "reference", ("--stm-require-level=Durable", ROOMY_TIMEOUT))
+)
 def test_a_reached_level_keeps_the_run_green(suite_result: Ended) -> None:
     report, output = suite_result.report, suite_result.output
     assert report["run"]["exit_status"] == 0, output[-3000:]
@@ -17,7 +19,7 @@ def test_a_reached_level_keeps_the_run_green(suite_result: Ended) -> None:
 
 
 @pytest.mark.suite_run(
-    Job("require-distributed", "reference", ("--stm-require-level=Distributed",))
+    Job("require-distributed", "reference", ("--stm-require-level=Distributed", ROOMY_TIMEOUT))
 )
 def test_a_level_not_reached_fails_a_run_whose_checks_all_pass(suite_result: Ended) -> None:
     report, output = suite_result.report, suite_result.output

@@ -12,7 +12,13 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from kit_support import KIT_TESTS, RunPytest, assert_passed_everything, load_json
+from kit_support import (
+    KIT_TESTS,
+    ROOMY_TIMEOUT,
+    RunPytest,
+    assert_passed_everything,
+    load_json,
+)
 from run_ahead import Ended, Job
 
 #: The reference with ``$STM_TEST_ADD_TURN_DELAY_S`` seconds before every ``add_turn``.
@@ -87,12 +93,11 @@ def test_a_check_out_of_time_in_a_slow_add_turn_is_not_concluded_unless_it_began
 
 #: The whole suite, as a backend author runs it, against the reference taking 40 ms more
 #: for every add_turn (two minutes, nearly all of it asleep: started first, and not
-#: counted among the runs that share the CPU). A time limit the run does not approach, so
-#: that a loaded machine does not make checks run out of time: that would not conclude.
+#: counted among the runs that share the CPU), with a time limit it does not approach.
 SLOWED = Job(
     "reference-slowed",
     "stm_restricted:slow_reference",
-    ("--stm-hypothesis-profile=dev", "--stm-seed=20261123", "--tb=line", "--stm-timeout=120"),
+    ("--stm-hypothesis-profile=dev", "--stm-seed=20261123", "--tb=line", ROOMY_TIMEOUT),
     env=(("STM_TEST_ADD_TURN_DELAY_S", "0.04"),),
     idle=True,
     slow=True,
