@@ -191,8 +191,9 @@ class CheckTimeout(OutcomeException):
 
 
 class CheckOutOfTime(CheckTimeout):
-    """The check's time limit (``--stm-timeout``) ended it while no operation was found
-    stuck: the check is not concluded, and its message opens with :data:`NOT_CONCLUDED`."""
+    """The check is not concluded, and its message opens with :data:`NOT_CONCLUDED`: its
+    time limit (``--stm-timeout``) ended it while no operation was found stuck, or it was
+    not scheduled in time to see what it needed (``checks.not_concluded``)."""
 
 
 class LoopBlocked(CheckTimeout):
