@@ -75,3 +75,26 @@ def test_a_failure_that_does_not_repeat_is_reported_as_a_race(suite_result: Ende
     assert check["blamed"] == "BUD-008", message
     assert "not reproducible (a race in the backend)" in message, message
     assert "rerun" in message and "estimate_tokens()" in message, message
+
+
+#: The differential's "retry" script alone: its first memory is the run with exceptions.
+_RETRY_SCRIPT = (
+    "--pyargs",
+    "stm_conformance.suite.test_differential::"
+    "test_operations_while_a_retry_or_recovery_runs_match_the_spec_model[retry]",
+)
+
+
+@pytest.mark.suite_run(
+    Job("sticky-after-first", "stm_restricted:sticky_after_first", _RETRY_SCRIPT)
+)
+def test_a_failure_count_bug_seen_after_invalid_output_is_not_blamed_on_it(
+    suite_result: Ended,
+) -> None:
+    """The script's run with exceptions matches the model; the next, with invalid output,
+    shows a failure count kept through a recovery. That is HLT-004's, not HLT-007's: the
+    same operations with exceptions, run again, show it too."""
+    report, output = suite_result.report, suite_result.output
+    [check] = report["checks"]
+    assert check["outcome"] == "failed", output[-3000:]
+    assert check["blamed"] == "HLT-004", check["message"]

@@ -22,7 +22,7 @@ from reference_impl.entries import MemoryState
 from reference_impl.provider import provider as reference_provider
 from stm_conformance.provider import Provider
 
-__all__ = ["broken_reference", "racy", "restricted", "slow_reference"]
+__all__ = ["broken_reference", "racy", "restricted", "slow_reference", "sticky_after_first"]
 
 
 def restricted() -> Provider:
@@ -68,6 +68,34 @@ def racy() -> Provider:
         return memory_class(config=config, summarizer=summarizer, key=key)
 
     return dataclasses.replace(reference_provider, name="reference-racy", create=create)
+
+
+def sticky_after_first() -> Provider:
+    """The reference, except that every memory after the first it makes in a process keeps
+    its count of failed calls through a recovery (HLT-004): the differential's script with
+    exceptions, which runs first, matches the model, and the bug shows only in the runs
+    after it, as a bug whose timing varies from run to run may."""
+    from reference_impl.health import Transition
+    from reference_impl.memory import DefaultShortTermMemory
+    from reference_impl.types import MemoryHealth
+
+    made = 0
+
+    class StickyCount(DefaultShortTermMemory):
+        def _transition(self, change: Transition) -> None:
+            if change == (MemoryHealth.RECOVERING, MemoryHealth.HEALTHY):
+                self._state.health.failures = self._config.retry_attempts + 1
+            super()._transition(change)
+
+    async def create(config: Any, key: Any, summarizer: Any) -> Any:
+        nonlocal made
+        made += 1
+        memory_class = StickyCount if made > 1 else DefaultShortTermMemory
+        return memory_class(config=config, summarizer=summarizer, key=key)
+
+    return dataclasses.replace(
+        reference_provider, name="reference-sticky-after-first", create=create
+    )
 
 
 def slow_reference() -> Provider:
