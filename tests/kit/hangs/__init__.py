@@ -9,7 +9,8 @@ ignoring cancellation, or waiting for something the check never gives. Each modu
 - ``REASON``: the reason a timed-out check names (``stm_conformance._deadline.BLOCKED`` or
   ``AWAITED_FOREVER``);
 - ``CHECK``: the name of a check that must fail with ``REASON`` and a stack;
-- ``WALL_S``: how long the whole suite may take against it at the default settings.
+- ``WALL_S``: how long the whole suite may take against it (``tests/kit/test_hangs.py``
+  gives it a time limit per check no check comes near).
 
 ``tests/kit/test_hangs.py`` runs the whole suite against each of them in a subprocess, as
 ``--stm-backend=hangs.<module>:provider`` with ``tests/kit`` on ``PYTHONPATH``.
