@@ -675,20 +675,20 @@ async def test_reloading_a_retry_state_brings_no_retry_sooner(
     )
 
 
-def _before_retry_2(times: list[float], base: float) -> None:
-    """The first call and retry 1 failed, and retry 2 has not come: the state between the
-    two, which the check saves. Retry 2 is due ``2 * base`` after retry 1 failed. If it has
-    come, sooner than that (with the timer's slack) is HLT-002; on time, the check was not
+def _before_retry(times: list[float], made: int, backoff: float, what: str) -> None:
+    """``made`` summarizer calls have been made, the last one failed, and the next, ``what``,
+    is due ``backoff`` after that failure: the check acts in between. If the next has come,
+    sooner than its backoff (with the timer's slack) is HLT-002; on time, the check was not
     scheduled during the whole backoff (a busy machine) and cannot conclude."""
-    if len(times) == 2:
+    if len(times) == made:
         return
-    gap = times[2] - times[1]
-    assert gap >= 1.5 * base, (
-        f"HLT-002: retry 2 came {gap:.3f}s after retry 1; its backoff is {2 * base}s"
+    gap = times[made] - times[made - 1]
+    assert gap >= 0.75 * backoff, (
+        f"HLT-002: {what} came {gap:.3f}s after the call before it; its backoff is {backoff}s"
     )
     not_concluded(
-        f"retry 2 came on time, {gap:.3f}s after retry 1, before the check could save the "
-        "state between them: the check was not scheduled during the backoff"
+        f"{what} came on time, {gap:.3f}s after the call before it, before the check could "
+        "act between the two: the check was not scheduled during the backoff"
     )
 
 
@@ -706,7 +706,7 @@ async def test_a_state_reloaded_after_two_failures_waits_the_second_backoff(
     memory, key = await _failing_from_the_first_call(make_memory, scripted_summarizer, base)
     await scripted_summarizer.wait_for_calls(2)  # the first call and retry 1, both failed
     await anyio.sleep(0.02)  # its failure recorded; retry 2 is 0.6 s away
-    _before_retry_2(scripted_summarizer.call_times, base)
+    _before_retry(scripted_summarizer.call_times, 2, 2 * base, "retry 2")
     await _reloader(memory, via, stm_store, stm_provider.key_for_storage(key))()
     loaded = time.monotonic()
     await scripted_summarizer.wait_for_calls(3)
@@ -743,7 +743,7 @@ async def test_a_retry_state_loaded_over_one_due_sooner_waits_its_own_backoff(
     await memory.add_turn(turn(1))
     await scripted_summarizer.wait_for_calls(2)  # the first call and retry 1
     await anyio.sleep(0.02)  # retry 1's failure recorded; retry 2 is 0.6 s away
-    _before_retry_2(scripted_summarizer.call_times, base)
+    _before_retry(scripted_summarizer.call_times, 2, 2 * base, "retry 2")
     times = scripted_summarizer.call_times
     two_failures = json_state(memory)
 
@@ -754,15 +754,7 @@ async def test_a_retry_state_loaded_over_one_due_sooner_waits_its_own_backoff(
     await eventually(
         lambda: memory.health.value == "retry", what="HLT-002: RETRY after a failure (precondition)"
     )
-    if len(times) > 3:  # the replaced state's retry 1 came before the load
-        gap = times[3] - times[2]
-        assert gap >= 0.75 * base, (
-            f"HLT-002: retry 1 came {gap:.3f}s after the call that failed; its backoff is {base}s"
-        )
-        not_concluded(
-            f"retry 1 came on time, {gap:.3f}s after the call that failed, before the check "
-            "could load the state over it: the check was not scheduled during the backoff"
-        )
+    _before_retry(times, 3, base, "the replaced state's retry 1")  # the load comes first
     memory.from_dict(two_failures)
     loaded = time.monotonic()
     await scripted_summarizer.wait_for_calls(4)

@@ -7,7 +7,7 @@ import pytest
 from stm_conformance._deadline import NOT_CONCLUDED, CheckOutOfTime, LeftoverTaskError
 from stm_conformance.report import CheckResult, Results, blame_exception
 from stm_conformance.requirements import load_spec
-from stm_conformance.suite.test_health import _before_retry_2
+from stm_conformance.suite.test_health import _before_retry
 
 CHECKS = [
     ("always", (), "STR-001"),
@@ -151,14 +151,14 @@ def test_members_of_a_group_that_were_not_concluded_do_not_decide_its_blame() ->
 
 
 def test_a_retry_that_came_on_time_while_the_check_was_not_scheduled_blames_nothing() -> None:
-    """HLT-002's checks save the state between retry 1 and retry 2. Retry 2 already there
-    when the check looks: early, the backend is wrong; on time (the check was starved for
-    the whole backoff), the check is not concluded and blames no requirement."""
-    spec, base = load_spec(), 0.3
-    _before_retry_2([0.0, 0.1], base)  # retry 2 not come: the check goes on
-    with pytest.raises(AssertionError, match=r"^HLT-002: retry 2 came 0\.200s after retry 1"):
-        _before_retry_2([0.0, 0.1, 0.3], base)
+    """HLT-002's checks act between retry 1 and retry 2. Retry 2 already there when the
+    check looks: early, the backend is wrong; on time (the check was starved for the whole
+    backoff), the check is not concluded and blames no requirement."""
+    spec, backoff = load_spec(), 0.6
+    _before_retry([0.0, 0.1], 2, backoff, "retry 2")  # retry 2 not come: the check goes on
+    with pytest.raises(AssertionError, match=r"^HLT-002: retry 2 came 0\.200s after the call"):
+        _before_retry([0.0, 0.1, 0.3], 2, backoff, "retry 2")
     with pytest.raises(CheckOutOfTime) as stopped:
-        _before_retry_2([0.0, 0.1, 0.75], base)
+        _before_retry([0.0, 0.1, 0.75], 2, backoff, "retry 2")
     assert str(stopped.value).startswith(f"{NOT_CONCLUDED}: retry 2 came on time, 0.650s")
     assert blame_exception(stopped.value, ("HLT-002",), spec) is None
