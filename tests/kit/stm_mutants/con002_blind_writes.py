@@ -19,6 +19,16 @@ from stm_redis.provider import fakeredis_provider
 
 BREAKS = "CON-002"
 COLLATERAL = {
+    "CON-001": (
+        "a recovery attempt the worker starts while turns are added (on a loaded machine, "
+        "once degraded_retry_interval_s has passed) writes back, blind, the state it read "
+        "before them: those turns are lost"
+    ),
+    "WM-007": (
+        "the same blind write-back of a state read before turns were added undoes what "
+        "flush() waited on (seen with con002_summary_install_overwrites, whose blind "
+        "writes are a part of these)"
+    ),
     "HLT-006": (
         "the worker's outcome of the replaced state's failed recovery attempt, written "
         "blind, can land over a state from_dict loaded meanwhile and end the interval the "

@@ -3,10 +3,8 @@
 The Redis backend writes turns with a compare-and-set, but the summarizer worker installs
 its summary with a plain set of the state it read last: turns another instance added
 while the summarizer ran (or since this instance last read) are overwritten. Two instances
-on one key lose some of each other's turns. One instance mostly keeps its own, as its
-writes take turns and each starts from the last one; but its last read is not always the
-newest state (the real backend's compare-and-set makes that harmless), and an outcome then
-written blind undoes that instance's own newer turns and watermark too.
+on one key lose some of each other's turns; one instance alone loses only what its own
+worker's outcome overwrites with a state it read before an await.
 
 A mutant of the Redis backend on fakeredis (see ``con002_blind_writes``).
 """
@@ -22,18 +20,24 @@ from stm_redis.provider import fakeredis_provider
 BREAKS = "CON-002"
 COLLATERAL = {
     "CON-001": (
-        "an outcome written blind over a newer state of the same instance undoes the turns "
-        "that instance added meanwhile"
+        "a recovery attempt the worker starts while turns are added (on a loaded machine, "
+        "once degraded_retry_interval_s has passed) writes back, blind, the state it read "
+        "before them: those turns are lost"
     ),
     "WM-007": (
-        "an outcome written blind over a newer state of the same instance undoes what that "
-        "state recorded: seen under the load of the project's tests as flush() returning, "
-        "the memory not degraded, with 22 turns still pending"
+        "the same blind write-back of a state read before turns were added undoes what "
+        "flush() waited on: seen on a loaded machine as flush() returning, the memory not "
+        "degraded, with 22 turns still pending"
     ),
     "HLT-002": (
         "the worker's outcome of the replaced state's failed call, written blind, can land "
         "over a RETRY state from_dict loaded meanwhile and bring its retry sooner (seen on "
         "a loaded machine: retry 2 came 0.285 s after the load, against 0.6 s)"
+    ),
+    "HLT-005": (
+        "a recovery attempt the worker starts while turns are added (on a loaded machine, "
+        "once degraded_retry_interval_s has passed) writes back, blind, the state it read "
+        "before them: the drops those turns counted are lost"
     ),
     "HLT-006": (
         "the worker's outcome of the replaced state's failed recovery attempt, written "
