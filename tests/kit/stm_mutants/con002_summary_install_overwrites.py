@@ -17,34 +17,12 @@ from typing import Any
 from stm_redis.memory import RedisShortTermMemory
 from stm_redis.provider import fakeredis_provider
 
+from stm_mutants import con002_blind_writes
+
 BREAKS = "CON-002"
-COLLATERAL = {
-    "CON-001": (
-        "a recovery attempt the worker starts while turns are added (on a loaded machine, "
-        "once degraded_retry_interval_s has passed) writes back, blind, the state it read "
-        "before them: those turns are lost"
-    ),
-    "WM-007": (
-        "the same blind write-back of a state read before turns were added undoes what "
-        "flush() waited on: seen on a loaded machine as flush() returning, the memory not "
-        "degraded, with 22 turns still pending"
-    ),
-    "HLT-002": (
-        "the worker's outcome of the replaced state's failed call, written blind, can land "
-        "over a RETRY state from_dict loaded meanwhile and bring its retry sooner (seen on "
-        "a loaded machine: retry 2 came 0.285 s after the load, against 0.6 s)"
-    ),
-    "HLT-005": (
-        "a recovery attempt the worker starts while turns are added (on a loaded machine, "
-        "once degraded_retry_interval_s has passed) writes back, blind, the state it read "
-        "before them: the drops those turns counted are lost"
-    ),
-    "HLT-006": (
-        "the worker's outcome of the replaced state's failed recovery attempt, written "
-        "blind, can land over a state from_dict loaded meanwhile and end the interval the "
-        "load started"
-    ),
-}
+# Its outcome writes are as blind as every write of con002_blind_writes: the same
+# collateral follows, for the same reasons.
+COLLATERAL = dict(con002_blind_writes.COLLATERAL)
 SLOW = "fakeredis runs every operation as a Lua script in process: five times the CPU"
 
 _installing: contextvars.ContextVar[bool] = contextvars.ContextVar(
