@@ -121,6 +121,9 @@ SCRIPTS = {
     ),
 }
 _FAILING_STEPS = ("fail_once", "fail_round", "fail_recovery")
+#: How many times a script's difference after invalid output is run again with exceptions
+#: before it is HLT-007's (see the script check).
+_RERUNS_WITH_EXCEPTIONS = 3
 _DIGESTS = (
     None,
     TrajectoryDigest(tools_invoked=["search", "café"], observations_summary="résumé 🦜"),
@@ -147,8 +150,10 @@ def test_operations_while_a_retry_or_recovery_runs_match_the_spec_model(
                 # the spec. They did once, before this mode ran; but when the memory's own
                 # retries and recoveries land between steps can differ from run to run, and
                 # a memory that mishandles failures of every kind may show it only now.
-                # Then the run with exceptions names the rule broken.
-                _run_script(stm_provider, stm_capabilities, script, variant, steps, "raise")
+                # Then a run with exceptions names the rule broken; it is given a few
+                # chances (one run missed it in ten on a loaded machine).
+                for _ in range(_RERUNS_WITH_EXCEPTIONS):
+                    _run_script(stm_provider, stm_capabilities, script, variant, steps, "raise")
             if variant.get("callbacks") != "raise":
                 raise
             # Callbacks that raise must change nothing (CB-004). When the same operations
