@@ -31,9 +31,12 @@ again.
 A check stopped by its own time limit (``--stm-timeout``) is *not concluded*
 (:class:`CheckOutOfTime`) when it spent that time over many operations: none was left for
 the next one, or the one running had started in the second half of the limit and nothing
-was found stuck in it. A slow backend, or a busy machine, does that as well as a broken
-one; no requirement is judged on it. An operation that ran half the limit or more is
-stuck, and fails the check as before.
+was found stuck in it; or when, at the limit, it ran or awaited only its own code (the
+kit's, the check's file, hypothesis', the standard library's: :func:`_kit_side`) with no
+backend operation in flight, and in a hypothesis run of its own no call of the backend
+had kept the loop for the block threshold. A slow backend, or a busy machine, does that
+as well as a broken one; no requirement is judged on it. An operation that ran half the
+limit or more is stuck, and fails the check as before.
 
 A guard also decides early that an operation can never finish, instead of waiting for the
 whole time limit: when the operation, or a task it awaits, was cancelled and still runs
@@ -143,6 +146,11 @@ _SPAWNED: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 #: The check running (its node ID, from :func:`check_deadline`), noted on the tasks started
 #: during it, so that a task that raises after its check ended is told apart.
 _check: str | None = None
+#: The file of the running check's code (from :func:`check_deadline`): its frames are the
+#: check's own, like the kit's (:func:`_kit_side`).
+_check_file: str | None = None
+#: The frame that entered :func:`check_deadline` (the plugin's, running the check).
+_check_root: FrameType | None = None
 
 
 @dataclass
@@ -233,21 +241,26 @@ def remaining() -> float | None:
 
 
 @contextlib.contextmanager
-def check_deadline(seconds: float | None, check: str | None = None) -> Iterator[None]:
+def check_deadline(
+    seconds: float | None, check: str | None = None, code_file: str | None = None
+) -> Iterator[None]:
     """Set the deadline of the check running in this block (``None`` or 0: no limit).
 
     :func:`remaining` reads it (a guard without an explicit limit uses it). Synchronous
     code that runs past it outside any event loop is interrupted by the watchdog.
     ``check`` names the check (its node ID) on the tasks started in the block: one that
     raises after the block, unretrieved, fails the check then running with a
-    :class:`LeftoverTaskError` that names this one.
+    :class:`LeftoverTaskError` that names this one. ``code_file`` is the file of the
+    check's code: time spent there, like in the kit's, is the check's own.
     """
-    global _deadline, _check_limit, _operations, _check
-    previous = _deadline, _check_limit, _operations, _check
+    global _deadline, _check_limit, _operations, _check, _check_file, _check_root
+    previous = _deadline, _check_limit, _operations, _check, _check_file, _check_root
     _deadline = time.monotonic() + seconds if seconds else None
     _check_limit = seconds or None
     _operations = weakref.WeakKeyDictionary()
     _check = check
+    _check_file = code_file
+    _check_root = sys._getframe(2)  # this generator's, contextlib's __enter__, the caller's
     watch = None
     if seconds and threading.current_thread() is threading.main_thread():
         watch = _Watch(None, threading.get_ident(), BLOCK_THRESHOLD_S, None)
@@ -257,7 +270,7 @@ def check_deadline(seconds: float | None, check: str | None = None) -> Iterator[
         with _watching(watch):
             yield
     finally:
-        _deadline, _check_limit, _operations, _check = previous
+        _deadline, _check_limit, _operations, _check, _check_file, _check_root = previous
     if watch is not None and watch.blocked is not None:
         raise CheckTimeout(
             f"check {BLOCKED} between the check's operations (no callback ran for "
@@ -278,6 +291,46 @@ def _started_late() -> bool:
         return False
     starts = [started for task, started in _operations.items() if not task.done()]
     return bool(starts) and _deadline - min(starts) < _check_limit / 2
+
+
+def _waits_on_its_own(chain: list[FrameType | Hop]) -> bool:
+    """Whether the check, waiting in ``chain``, awaits only its own code: no backend
+    operation in flight, no frame of the backend's (a poll's sleep, say)."""
+    if any(not task.done() for task in _operations):
+        return False
+    return all(isinstance(item, Hop) or _kit_side(item) for item in chain)
+
+
+#: Top-level modules whose code runs the checks (with the standard library's): time
+#: spent or waited there is the check's own, not the backend's.
+_KIT_PACKAGES = frozenset(
+    {"stm_conformance", "hypothesis", "_hypothesis_pytestplugin", "_pytest", "pytest"}
+    | {"pluggy", "anyio", "attr", "sortedcontainers", "exceptiongroup"}
+) | frozenset(sys.stdlib_module_names)
+_KIT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _kit_side(frame: FrameType) -> bool:
+    """Whether ``frame`` runs the check's own code (the kit's, the running check's file,
+    hypothesis', pytest's, the standard library's) rather than the backend's."""
+    filename = frame.f_code.co_filename
+    if filename.startswith(_KIT_DIR) or filename == _check_file:
+        return True
+    name = frame.f_globals.get("__name__")
+    return isinstance(name, str) and name.partition(".")[0] in _KIT_PACKAGES
+
+
+def _backend_call(frame: FrameType | None) -> FrameType | None:
+    """The outermost frame of backend code on a thread's stack from ``frame`` out to the
+    event loop's callback, or to the check's start (the frame that entered
+    :func:`check_deadline`; what runs the check lies beyond): the call of the backend
+    under way, or ``None`` when only the check's own code runs."""
+    found = None
+    while frame is not None and frame.f_code is not _HANDLE_RUN and frame is not _check_root:
+        if not _kit_side(frame):
+            found = frame
+        frame = frame.f_back
+    return found
 
 
 # -- guards -----------------------------------------------------------------------------
@@ -509,13 +562,18 @@ async def _guard(
                 wait = _LOOK_S if deadline is None else min(deadline - now, _LOOK_S)
                 if wait <= 0:
                     # Started late in the check (this operation, or the backend's one
-                    # the check awaits), and no probe's finding on its way.
+                    # the check awaits), or waiting on nothing of the backend's, and no
+                    # probe's finding on its way.
                     out_of_time = (
                         limit == CHECK_LIMIT
                         and stuck is None
                         and _check_limit is not None
                         and seconds is not None
-                        and (seconds < _check_limit / 2 or _started_late())
+                        and (
+                            seconds < _check_limit / 2
+                            or _started_late()
+                            or _waits_on_its_own(await_chain(task))
+                        )
                     )
                     reason = f"did not finish within {seconds:g}s{limit}: {AWAITED_FOREVER}"
                     break
@@ -540,18 +598,30 @@ async def _guard(
         raise
     if watch.blocked is None and task.done() and not _raised(task, LoopBlocked):
         return task.result()
-    if watch.blocked is not None or _raised(task, LoopBlocked):
+    blocked = watch.blocked  # set after own_time, by the watchdog's thread
+    own_run = False
+    if blocked is not None or _raised(task, LoopBlocked):
         reason = f"{BLOCKED} (no callback ran for {watch.blocked_for or blocked_after:.2g}s)"
-        stack = watch.blocked or "(no stack captured)"
+        stack = blocked or "(no stack captured)"
         where = "stack of the event loop's thread when the block was detected"
+        # The check's own hypothesis run outlasted the limit: no call of the backend in
+        # it held the loop for the block's threshold.
+        own_run = blocked is not None and watch.own_time
+        out_of_time = own_run and limit == CHECK_LIMIT and _check_limit is not None
     else:
         where = "where it waited when it was stopped"
     ended = await _stop(task)
     after = "" if ended else "; it ignored cancellation and was abandoned"
     if out_of_time and ended:  # a task that ignores its cancellation is stuck
+        held = (
+            f" (its own hypothesis run held the event loop: no call of the backend in it "
+            f"ran for {blocked_after:.2g}s)"
+            if own_run
+            else ""
+        )
         raise CheckOutOfTime(
-            f"{NOT_CONCLUDED}: {what} did not finish within {seconds:g}s{limit}; {_SLOW}\n"
-            f"{where}:\n{stack}".rstrip()
+            f"{NOT_CONCLUDED}: {what} did not finish within {seconds:g}s{limit}{held}; "
+            f"{_SLOW}\n{where}:\n{stack}".rstrip()
         )
     raise CheckTimeout(f"{what} {reason}{after}\n{where}:\n{stack}".rstrip())
 
@@ -876,6 +946,12 @@ class _Watch:
     next_interrupt: float = 0.0
     #: An interrupt waits to be raised in the watched thread.
     pending: BaseException | None = None
+    #: While the loop runs a hypothesis run of the check: the call of the backend under
+    #: way (:func:`_backend_call`) when last looked at, and since when.
+    call: FrameType | None = None
+    call_since: float = 0.0
+    #: The block was the check's own hypothesis run going past the guard's deadline.
+    own_time: bool = False
     uses_signal: bool = field(default=False)
 
     def pong(self, seq: int) -> None:
@@ -968,8 +1044,12 @@ class _Watchdog:
                 watch.next_interrupt = now + watch.block_s
                 frame = sys._current_frames().get(watch.thread_id)
                 stack = "".join(traceback.format_stack(frame)[-_MAX_FRAMES:])
-                message = f"{watch.message}\nstack when it was stopped:\n{stack}"
-                self._interrupt(watch, CheckTimeout(message))
+                if _backend_call(frame) is None:  # in the check's own code
+                    message = f"{NOT_CONCLUDED}: {watch.message}; {_SLOW}"
+                    stopped: CheckTimeout = CheckOutOfTime(f"{message}\nstack:\n{stack}")
+                else:
+                    stopped = CheckTimeout(f"{watch.message}\nstack when it was stopped:\n{stack}")
+                self._interrupt(watch, stopped)
             return
         if watch.answered == watch.sent:
             # Answered (after a block too: the guard is ending the operation, unless a
@@ -978,18 +1058,30 @@ class _Watchdog:
             return
         if watch.blocked is None and now - watch.sent_at >= _POLL_S:
             frame = sys._current_frames().get(watch.thread_id)
-            if _runs_hypothesis(frame) and (watch.deadline is None or now < watch.deadline):
-                # The check runs a synchronous hypothesis test in the loop: kit code that
-                # may take long; only the guard's deadline stops it, and the time it
-                # takes does not count towards a block of the code that runs after it.
-                watch.sent_at = now
-                return
+            if _runs_hypothesis(frame):
+                call = _backend_call(frame)
+                if call is not watch.call:
+                    watch.call, watch.call_since = call, now
+                if watch.deadline is None or now < watch.deadline:
+                    # The check runs a synchronous hypothesis test in the loop: kit code
+                    # that may take long; only the guard's deadline stops it, and the
+                    # time it takes does not count towards a block of the code after it.
+                    watch.sent_at = now
+                    return
         if now - watch.sent_at < watch.block_s:
             return
         if watch.blocked is None:
             frame = sys._current_frames().get(watch.thread_id)
-            watch.blocked = _blocked_stack(frame)
+            stack = _blocked_stack(frame)
+            if _runs_hypothesis(frame):
+                # Past the deadline in the check's own run: a block of the backend's only
+                # if one call of it has kept the loop that long.
+                call = _backend_call(frame)
+                watch.own_time = (
+                    call is None or call is not watch.call or now - watch.call_since < watch.block_s
+                )
             watch.blocked_for = now - watch.sent_at
+            watch.blocked = stack  # last: the guard reads it first
             if watch.on_blocked is not None:
                 with contextlib.suppress(RuntimeError):
                     watch.loop.call_soon_threadsafe(watch.on_blocked)

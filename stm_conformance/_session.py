@@ -355,7 +355,9 @@ class SessionPlugin:
         elif inspect.iscoroutinefunction(original):
             pyfuncitem.obj = _guarded(original, self.timeout)
         try:
-            with _deadline.check_deadline(self.timeout, pyfuncitem.nodeid):
+            with _deadline.check_deadline(
+                self.timeout, pyfuncitem.nodeid, getattr(pyfuncitem.module, "__file__", None)
+            ):
                 return (yield)
         except _deadline.CheckTimeout as exc:
             stopped = str(exc)

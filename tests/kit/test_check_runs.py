@@ -77,6 +77,85 @@ def test_slow_check_fails_at_the_deadline(fake_suite: FakeSuite, run_pytest: Run
     result.stdout.fnmatch_lines(["*check did not finish within 0.2s (--stm-timeout)*"])
 
 
+def test_a_check_out_of_time_in_its_own_code_blames_nothing(
+    fake_suite: FakeSuite, run_pytest: RunPytest, pytester: pytest.Pytester
+) -> None:
+    # At the time limit the first two checks run their own code (a hypothesis run whose
+    # every backend call is short; a poll's sleep): a busy machine, or a slow backend
+    # over many calls, not a finding. The other two are in the backend's code then: one
+    # call blocking the loop, one wait that never ends.
+    pytester.makepyfile(
+        backend_part="""
+        import asyncio
+        import time
+
+
+        def pause(seconds):
+            time.sleep(seconds)
+
+
+        async def forever():
+            await asyncio.Event().wait()
+        """
+    )
+    fake_suite(
+        """
+        import anyio
+        import backend_part
+        from hypothesis import given, settings, strategies as st
+
+
+        def run_examples(seconds):
+            @settings(max_examples=100_000, deadline=None, database=None)
+            @given(st.integers())
+            def example(n):
+                backend_part.pause(seconds)
+
+            example()
+
+
+        @req("SER-003")
+        async def test_own_hypothesis_run():
+            run_examples(0.01)
+
+
+        @req("WM-002")
+        async def test_own_poll():
+            for _ in range(1000):
+                await anyio.sleep(0.01)
+
+
+        @req("STR-001")
+        async def test_one_backend_call_blocks():
+            run_examples(30)
+
+
+        @req("BUD-001")
+        async def test_waits_on_the_backend():
+            await backend_part.forever()
+        """
+    )
+    result = run_pytest(BACKEND, "--stm-timeout=1", "--stm-report=r.json", "test_fake.py")
+    result.assert_outcomes(failed=4)
+    report = load_json(pytester.path / "r.json")
+    validate_report(report)
+    checks = {c["nodeid"].split("::")[-1]: c for c in report["checks"]}
+    assert {name: c["blamed"] for name, c in checks.items()} == {
+        "test_own_hypothesis_run": None,
+        "test_own_poll": None,
+        "test_one_backend_call_blocks": "STR-001",
+        "test_waits_on_the_backend": "BUD-001",
+    }
+    assert checks["test_own_hypothesis_run"]["message"].startswith(
+        "Failed: not concluded: check did not finish within 1s (--stm-timeout) (its own "
+        "hypothesis run held the event loop"
+    )
+    assert "blocked the event loop" in checks["test_one_backend_call_blocks"]["message"]
+    assert "awaited forever" in checks["test_waits_on_the_backend"]["message"]
+    statuses = {rid: r["status"] for rid, r in report["requirements"].items()}
+    assert statuses["SER-003"] == statuses["WM-002"] == "inconclusive"
+
+
 def test_failure_starts_with_requirement_and_junit_carries_ids(
     fake_suite: FakeSuite, run_pytest: RunPytest, pytester: pytest.Pytester
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -380,3 +381,120 @@ def test_run_bounded_and_close_runner_survive_a_stubborn_backend() -> None:
     finally:
         close_runner(runner)  # would wait forever for the stubborn task
     assert time.monotonic() - started < 4
+
+
+# -- the check's own time ---------------------------------------------------------------
+
+#: Code of a backend: compiled under a file of its own, in a module outside the kit.
+_BACKEND: dict[str, Any] = {"__name__": "slow_backend"}
+exec(
+    compile(
+        "import asyncio, time\n"
+        "async def waits():\n"
+        "    await asyncio.Event().wait()\n"
+        "def blocks(seconds):\n"
+        "    time.sleep(seconds)\n"
+        "def calls(function):\n"
+        "    return function()\n",
+        "/backend/slow_backend.py",
+        "exec",
+    ),
+    _BACKEND,
+)
+
+
+def _stopped_check(body: Any, seconds: float = 0.6) -> CheckTimeout:
+    """How a check whose code is this file's, guarded as the plugin guards it, ends when
+    ``body()`` outlasts its limit of ``seconds``."""
+
+    async def check() -> None:
+        await run_guarded(
+            body(), seconds=seconds, what="check", probe=_deadline.kit_probe, limit=CHECK_LIMIT
+        )
+
+    with check_deadline(seconds, "test_x.py::test_x", __file__), pytest.raises(CheckTimeout) as e:
+        asyncio.run(check())
+    return e.value
+
+
+def test_the_kit_and_the_check_are_told_apart_from_the_backend() -> None:
+    here = sys._getframe()
+    assert not _deadline._kit_side(here), "a file that is not the running check's: a backend's"
+    with check_deadline(5, "test_x.py::test_x", __file__):
+        assert _deadline._kit_side(sys._getframe())
+    frames: dict[str, Any] = {}
+
+    def look() -> None:
+        frames["outer"] = _deadline._backend_call(sys._getframe())
+
+    def nested() -> Any:
+        return _deadline._backend_call(sys._getframe())
+
+    with check_deadline(5, "test_x.py::test_x", __file__):
+        assert nested() is None  # the check's own frames, out to where the check started
+        _BACKEND["calls"](look)  # the backend calls back into the check's code
+    outer = frames["outer"]
+    assert outer is not None and outer.f_code.co_name == "calls"
+    asyncio_frame = asyncio.sleep(0)
+    try:
+        assert _deadline._kit_side(asyncio_frame.cr_frame)  # the standard library's
+    finally:
+        asyncio_frame.close()
+
+
+def test_a_check_waiting_on_its_own_code_at_its_limit_concludes_nothing() -> None:
+    async def polls() -> None:  # a check polling the memory, say, with nothing in flight
+        for _ in range(10_000):
+            await asyncio.sleep(0.01)
+
+    stopped = _stopped_check(polls)
+    assert type(stopped) is CheckOutOfTime, str(stopped)
+    assert str(stopped).startswith(f"{NOT_CONCLUDED}: check did not finish within 0.6s")
+    # Waiting on the backend's code at the limit: awaited forever, a finding as before.
+    stuck = _stopped_check(_BACKEND["waits"])
+    assert type(stuck) is CheckTimeout
+    assert f"(--stm-timeout): {AWAITED_FOREVER}" in str(stuck) and "in waits" in str(stuck)
+
+
+def _hypothesis_run(call_s: float) -> Any:
+    """A check that runs a hypothesis test in the loop, each example one backend call of
+    ``call_s`` seconds, for longer than its limit."""
+
+    @settings(max_examples=10_000, deadline=None, database=None)
+    @given(st.integers())
+    def example(n: int) -> None:
+        _BACKEND["blocks"](call_s)
+
+    async def check() -> None:
+        example()
+
+    return check
+
+
+def test_a_hypothesis_run_of_the_check_past_its_limit_concludes_nothing() -> None:
+    stopped = _stopped_check(_hypothesis_run(0.02))
+    assert type(stopped) is CheckOutOfTime, str(stopped)
+    assert str(stopped).startswith(
+        f"{NOT_CONCLUDED}: check did not finish within 0.6s (--stm-timeout) (its own "
+        "hypothesis run held the event loop: no call of the backend in it ran for 0.3s)"
+    )
+
+
+def test_one_backend_call_in_a_hypothesis_run_past_the_limit_blocked_the_loop() -> None:
+    started = time.monotonic()
+    stopped = _stopped_check(_hypothesis_run(30))
+    assert type(stopped) is CheckTimeout, str(stopped)
+    assert str(stopped).startswith(f"check {BLOCKED}") and "in blocks" in str(stopped)
+    assert time.monotonic() - started < 5
+
+
+def test_synchronous_code_of_the_check_past_its_hard_deadline_concludes_nothing() -> None:
+    with (
+        pytest.raises(CheckOutOfTime, match=rf"^{NOT_CONCLUDED}: check did not finish within"),
+        check_deadline(0.2, "test_x.py::test_x", __file__),
+    ):
+        time.sleep(30)  # this file is the check's: its own code
+    # The backend's code there is stopped as before (a finding).
+    with pytest.raises(CheckTimeout) as stopped, check_deadline(0.2, "test_x.py::test_x", __file__):
+        _BACKEND["blocks"](30)
+    assert type(stopped.value) is CheckTimeout and "in blocks" in str(stopped.value)
