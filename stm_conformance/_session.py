@@ -371,8 +371,9 @@ class SessionPlugin:
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-        """Start each failure of a check with its requirement IDs and their text (not one
-        its time limit stopped with nothing found stuck: it judged none of them).
+        """Start each failure of a check with the requirement it is blamed on and its text
+        (the check's requirements when nothing was blamed; none when its time limit
+        stopped it with nothing found stuck: it judged none of them).
 
         An expected failure listed by requirement ID holds only when the check fails on
         that requirement: failing on another one is a failure (it is not what was expected).
@@ -384,6 +385,7 @@ class SessionPlugin:
             gc.collect()
         report = yield
         concluded = True
+        blamed: str | None = None
         if call.excinfo is not None and _is_check(item) and (report.failed or report.skipped):
             requirements = _marker_args(item, "stm_requirement")
             blamed = blame_exception(call.excinfo.value, requirements, self.spec)
@@ -401,7 +403,8 @@ class SessionPlugin:
                 report.longrepr = item.repr_failure(call.excinfo)
         headlines = item.stash.get(_HEADLINES, None)
         if report.failed and headlines and concluded:
-            prefix_failure(report, headlines)
+            # The check's other requirements were not judged: they do not head it.
+            prefix_failure(report, [self.spec.headline(blamed)] if blamed else headlines)
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

@@ -165,21 +165,35 @@ def test_failure_starts_with_requirement_and_junit_carries_ids(
         @cap("rolling_summary")
         def test_fails():
             assert 1 == 2, "boom"
+
+
+        @req("WM-003", "WM-004")
+        def test_fails_naming_its_second():
+            raise AssertionError("WM-004: delivered twice")
+
+
+        @req("WM-003")
+        def test_fails_naming_another():
+            raise AssertionError("CB-001: reported twice")
         """
     )
     result = run_pytest(BACKEND, "--junitxml=junit.xml", "test_fake.py")
-    result.assert_outcomes(failed=1)
+    result.assert_outcomes(failed=3)
+    # Headed by the requirement blamed (the first when the message names none), alone.
     result.stdout.fnmatch_lines(
         [
             "*_ test_fails _*",
             "",
             "WM-003 Installing a summary MUST remove from pending exactly the turns sent*",
-            "WM-004 Each turn MUST be delivered to exactly one successful summarizer call*",
             "",
             "*def test_fails():*",
         ]
     )
-    case = ET.parse(pytester.path / "junit.xml").getroot().find(".//testcase")
+    result.stdout.fnmatch_lines(
+        ["*_ test_fails_naming_its_second _*", "", "WM-004 Each turn MUST be delivered*", ""]
+    )
+    result.stdout.fnmatch_lines(["*_ test_fails_naming_another _*", "", "CB-001 *", ""])
+    case = ET.parse(pytester.path / "junit.xml").getroot().find(".//testcase[@name='test_fails']")
     assert case is not None
     properties = [(p.get("name"), p.get("value")) for p in case.iter("property")]
     assert properties == [
