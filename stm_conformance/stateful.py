@@ -852,6 +852,8 @@ class MemoryDifferential(RuleBasedStateMachine):
         found = self.step.problem or stuck
         if found is None and (found := diagnose(self.model, view, health, tokens, self.step)):
             found = self._stale_summary_shown(view) or found
+            if found[0] == "BUD-010":
+                found = self._lost_behind_shown(view) or found
         found = found or self.step.timeout
         if found is not None:
             requirement, message = found
@@ -868,6 +870,45 @@ class MemoryDifferential(RuleBasedStateMachine):
                 f"\n  spec view:    {canonical_json(self.model.view())}"
                 f"\n  backend health: {health}; spec: {self.model.health}",
             )
+
+    def _lost_behind_shown(self, view: Mapping[str, Any]) -> tuple[str, str] | None:
+        """WM-002, when the backend shows pending turns older than one the model holds
+        pending (and hides: it does not fit), because that turn is not pending at all.
+
+        The view alone cannot tell a turn lost (WM-002) from a visible run that skips a
+        turn too long to show (BUD-010); the summarizer can. Released, and flushed, the
+        memory sends every turn it holds pending (WM-007): a skipped turn no call carries
+        was not pending. The check ends with this finding either way, so the flush's
+        changes are of no matter."""
+        assert self.model is not None
+        if self.model.health != "healthy":
+            return None
+        shown = _users(dict(view.get("conversation_memory") or {}).get("pending_turns"))
+        pending = [str(t.rendered["user"]) for t in self.model.pending]
+        if not shown or shown[0] not in pending:
+            return None
+        skipped = [u for u in pending[pending.index(shown[0]) :] if u not in shown]
+        if not skipped:
+            return None
+        first = self.held_from
+        try:
+            self._bounded(self._flush_and_look(set()), "flush() to see which turns are pending")
+        except Exception:
+            return None  # the flush tells nothing: BUD-010's finding stands
+        sent = {
+            str(t.get("user"))
+            for call in self.summarizer.calls[first:]
+            for t in call.get("turns") or []
+            if isinstance(t, Mapping)
+        }
+        lost = [u for u in skipped if u not in sent]
+        if not lost or str(self.sut.health.value) != "healthy":
+            return None
+        return "WM-002", (
+            f"evicted turns {lost} are not pending (lost before any summary): not shown, "
+            f"though older pending turns are ({shown[:2]}...), and no summarizer call of a "
+            "flush carried them"
+        )
 
     def teardown(self) -> None:
         self.summarizer.release()
