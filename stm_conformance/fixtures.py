@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
@@ -151,9 +152,10 @@ class CheckedMemory:
     ``budget_exceeded_error``, ``ValueError``, ``TypeError``; from the others: nothing):
     HLT-008, the summarizer's failure reached a caller, whatever the check is about.
 
-    A task that ``add_turn`` or ``flush`` started (or one such a task started) and that
-    raises, unretrieved, once ``aclose()`` has been called: CON-003, whichever check it
-    surfaces in (:class:`~stm_conformance._deadline.LeftoverTaskError`).
+    A task that one of its async methods (``add_turn``, ``flush``, ``afrom_dict``,
+    ``persist``, ``aclose`` ...) started (or one such a task started) and that raises,
+    unretrieved, once ``aclose()`` has been called: CON-003, whichever check it surfaces
+    in (:class:`~stm_conformance._deadline.LeftoverTaskError`).
     """
 
     def __init__(
@@ -177,14 +179,16 @@ class CheckedMemory:
         )
         #: How many ``add_turn`` calls through this wrapper have ended.
         self.__dict__["_stm_adds_ended"] = 0
-        #: Noted on the tasks ``add_turn`` and ``flush`` start, and closed when ``aclose()``
-        #: is called: a task of the memory that raises after that is blamed on CON-003.
+        #: Noted on the tasks its async methods start, and closed when ``aclose()`` is
+        #: called: a task of the memory that raises after that is blamed on CON-003.
         self.__dict__["_stm_mark"] = mark if mark is not None else MemoryMark()
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._stm_memory, name)
         if name == "aclose":
             value = _marking_closed(value, self._stm_mark)
+        elif inspect.iscoroutinefunction(value):
+            value = _operating(value, self._stm_mark)
         tracker = self._stm_tracker
         return value if tracker is None else tracker.wrap(name, value)
 
@@ -355,14 +359,28 @@ def _callers_errors(provider: Provider) -> tuple[type[BaseException], ...]:
 
 
 def _marking_closed(aclose: Callable[[], Awaitable[None]], mark: MemoryMark) -> Any:
-    """The memory's ``aclose``, noting on ``mark`` that it was called."""
+    """The memory's ``aclose``, noting on ``mark`` that it was called (and on the tasks it
+    starts, as :func:`_operating` does)."""
 
     @functools.wraps(aclose)
     async def close() -> None:
         mark.closed = True
-        await aclose()
+        with operating_on(mark):
+            await aclose()
 
     return close
+
+
+def _operating(method: Callable[..., Awaitable[Any]], mark: MemoryMark) -> Any:
+    """An async method of the memory whose calls note ``mark`` on the tasks they start: one
+    that raises, unretrieved, after ``aclose()`` is blamed on CON-003."""
+
+    @functools.wraps(method)
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        with operating_on(mark):
+            return await method(*args, **kwargs)
+
+    return call
 
 
 class _Memories:

@@ -289,6 +289,65 @@ def test_a_run_freezes_what_it_collected_and_unfreezes_it_at_the_end(
     assert gc.get_freeze_count() == 0
 
 
+def test_a_task_any_memory_method_started_that_raises_after_aclose_is_con003s(
+    fake_suite: FakeSuite, run_pytest: RunPytest, pytester: pytest.Pytester
+) -> None:
+    # Not only add_turn and flush: a task that get_llm_context (or afrom_dict, persist ...)
+    # started, raising unretrieved once the memory was closed, is the memory's leftover.
+    # One raising while the memory is open is the check's own failure.
+    fake_suite(
+        """
+        import asyncio
+        import gc
+
+        from stm_conformance.checks import config
+
+
+        def leaky(memory, after):
+            view = memory._stm_memory.get_llm_context
+
+            async def get_llm_context():
+                async def boom():
+                    await asyncio.sleep(after)
+                    raise RuntimeError("from the memory's own task")
+
+                asyncio.get_running_loop().create_task(boom())
+                return await view()
+
+            memory._stm_memory.get_llm_context = get_llm_context
+
+
+        @req("STR-001")
+        async def test_raises_after_aclose(make_memory):
+            memory = await make_memory(config("rolling_summary"))
+            leaky(memory, 0.1)
+            await memory.get_llm_context()
+            await memory.aclose()
+            await asyncio.sleep(0.3)
+            gc.collect()
+
+
+        @req("STR-002")
+        async def test_raises_while_open(make_memory):
+            memory = await make_memory(config("rolling_summary"))
+            leaky(memory, 0)
+            await memory.get_llm_context()
+            await asyncio.sleep(0.2)
+            gc.collect()
+        """
+    )
+    result = run_pytest(BACKEND, "--stm-report=r.json", "test_fake.py")
+    result.assert_outcomes(failed=2)
+    report = load_json(pytester.path / "r.json")
+    checks = {c["nodeid"].split("::")[-1]: c for c in report["checks"]}
+    assert {name: c["blamed"] for name, c in checks.items()} == {
+        "test_raises_after_aclose": "CON-003",
+        "test_raises_while_open": "STR-002",
+    }
+    message = checks["test_raises_after_aclose"]["message"]
+    assert "by an operation of a memory this check closed" in message
+
+
 def test_a_task_that_raises_after_its_check_is_blamed_on_con003_not_on_the_check_then_running(
     fake_suite: FakeSuite, run_pytest: RunPytest, pytester: pytest.Pytester
 ) -> None:
