@@ -48,6 +48,7 @@ call the check holds, or ``add_turn`` waits on the summarizer or a kit callback
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
 import ctypes
@@ -98,6 +99,7 @@ __all__ = [
     "run_bounded",
     "run_guarded",
     "settle_tasks",
+    "stalled_s",
     "wait_owned",
 ]
 
@@ -1015,7 +1017,9 @@ class _Watchdog:
         last = time.monotonic()
         while True:
             self._active.wait()
+            slept_at, cpu_at = time.monotonic(), time.process_time()
             time.sleep(_POLL_S)
+            _note_stall(slept_at + _POLL_S, time.monotonic(), time.process_time() - cpu_at)
             with self._lock:
                 watches = list(self._watches)
                 if not watches:
@@ -1137,6 +1141,27 @@ def _ping(watch: _Watch, loop: asyncio.AbstractEventLoop, now: float) -> None:
 
 
 _WATCHDOG = _Watchdog()
+
+#: Times the whole process was not scheduled (``time.monotonic()`` from, to), as the
+#: watchdog saw them: it woke late from a short sleep while the process used little CPU.
+_STALLS: collections.deque[tuple[float, float]] = collections.deque(maxlen=1024)
+
+
+def _note_stall(due: float, woke: float, cpu_s: float) -> None:
+    """The watchdog, due to wake at ``due``, woke at ``woke``, the process having used
+    ``cpu_s`` of CPU meanwhile: over a poll late and idle most of that time, the process
+    was stalled (a busy machine), not held by one of its threads (a C call keeping the GIL
+    uses CPU)."""
+    late = woke - due
+    if late > _POLL_S and cpu_s < (late + _POLL_S) / 2:
+        _STALLS.append((due, woke))
+
+
+def stalled_s(since: float, until: float) -> float:
+    """How long, between ``since`` and ``until`` (``time.monotonic()``), the process was
+    not scheduled at all, as far as the watchdog saw (while a check runs): time that no
+    backend could have used, so a deadline missed by less was missed by the machine."""
+    return sum(max(0.0, min(until, end) - max(since, start)) for start, end in list(_STALLS))
 
 
 @contextlib.contextmanager

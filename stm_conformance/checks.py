@@ -16,7 +16,7 @@ import anyio
 import pytest
 from _pytest.outcomes import OutcomeException
 
-from ._deadline import NOT_CONCLUDED, CheckOutOfTime, wait_owned
+from ._deadline import NOT_CONCLUDED, CheckOutOfTime, stalled_s, wait_owned
 from ._patience import patient
 from .contract import (
     ConversationTurn,
@@ -34,6 +34,7 @@ __all__ = [
     "HIDING_BUDGET",
     "SHORTENING_BUDGET",
     "OneSummary",
+    "assert_not_late",
     "canonical_json",
     "concurrently",
     "config",
@@ -313,6 +314,23 @@ def not_concluded(why: str) -> NoReturn:
     see what it needed (a busy machine), and what the backend did was right as far as it
     was seen. The run still fails; the report blames nothing (see :class:`CheckOutOfTime`)."""
     raise CheckOutOfTime(f"{NOT_CONCLUDED}: {why}")
+
+
+def assert_not_late(late_s: float, since: float, until: float, what: str) -> None:
+    """Fail with ``what`` when the backend did something ``late_s`` seconds after its
+    bound allows (nothing when ``late_s`` is not positive); but when the whole process was
+    not scheduled for that long between ``since`` and ``until`` (``time.monotonic()``), no
+    backend could have kept the bound: the check is not concluded (a busy machine)."""
+    if late_s <= 0:
+        return
+    time.sleep(0.1)  # let the watchdog note a stall that ended just now (two of its polls)
+    stalled = stalled_s(since, until)
+    if stalled >= late_s:
+        not_concluded(
+            f"{what}: {late_s:.3f}s past its bound, while the process was not scheduled at "
+            f"all for {stalled:.3f}s of that time (a busy machine, not the backend)"
+        )
+    raise AssertionError(what)
 
 
 async def returns_within(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -154,6 +155,56 @@ def test_a_check_out_of_time_in_its_own_code_blames_nothing(
     assert "awaited forever" in checks["test_waits_on_the_backend"]["message"]
     statuses = {rid: r["status"] for rid, r in report["requirements"].items()}
     assert statuses["SER-003"] == statuses["WM-002"] == "inconclusive"
+
+
+def test_a_bound_missed_while_the_process_was_stopped_is_not_concluded(
+    fake_suite: FakeSuite, run_pytest: RunPytest, pytester: pytest.Pytester
+) -> None:
+    # The process is stopped (SIGSTOP, then SIGCONT from outside) for most of the time
+    # measured: a bound missed by less than that is the machine's. The same lateness of
+    # the process's own is a finding.
+    fake_suite(
+        """
+        import asyncio
+        import os
+        import signal
+        import subprocess
+        import time
+
+        from stm_conformance.checks import assert_not_late
+
+
+        @req("HLT-002")
+        async def test_late_while_stopped():
+            started = time.monotonic()
+            subprocess.Popen(["sh", "-c", f"sleep 0.8; kill -CONT {os.getpid()}"])
+            await asyncio.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGSTOP)  # about 0.75 s
+            ended = time.monotonic()
+            assert_not_late(ended - started - 0.3, started, ended, "HLT-002: it came late")
+
+
+        @req("HLT-002")
+        async def test_late_by_itself():
+            started = time.monotonic()
+            await asyncio.sleep(0.8)
+            ended = time.monotonic()
+            assert_not_late(ended - started - 0.3, started, ended, "HLT-002: it came late")
+        """
+    )
+    result = run_pytest(BACKEND, "--stm-report=r.json", "test_fake.py")
+    result.assert_outcomes(failed=2)
+    report = load_json(pytester.path / "r.json")
+    checks = {c["nodeid"].split("::")[-1]: c for c in report["checks"]}
+    assert {name: c["blamed"] for name, c in checks.items()} == {
+        "test_late_while_stopped": None,
+        "test_late_by_itself": "HLT-002",
+    }
+    assert re.search(
+        r"not concluded: HLT-002: it came late: 0\.\d+s past its bound, while the process "
+        r"was not scheduled at all for 0\.\d+s",
+        checks["test_late_while_stopped"]["message"],
+    ), checks["test_late_while_stopped"]["message"]
 
 
 def test_failure_starts_with_requirement_and_junit_carries_ids(

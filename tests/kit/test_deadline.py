@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import re
 import sys
@@ -498,3 +499,14 @@ def test_synchronous_code_of_the_check_past_its_hard_deadline_concludes_nothing(
     with pytest.raises(CheckTimeout) as stopped, check_deadline(0.2, "test_x.py::test_x", __file__):
         _BACKEND["blocks"](30)
     assert type(stopped.value) is CheckTimeout and "in blocks" in str(stopped.value)
+
+
+def test_a_stall_is_the_process_not_scheduled(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_deadline, "_STALLS", collections.deque(maxlen=8))
+    _deadline._note_stall(10.0, 10.03, 0.0)  # a timer's ordinary lateness
+    _deadline._note_stall(20.0, 20.5, 0.4)  # late, but busy: a thread kept the GIL
+    _deadline._note_stall(30.0, 30.5, 0.01)  # late and idle: not scheduled
+    assert list(_deadline._STALLS) == [(30.0, 30.5)]
+    assert _deadline.stalled_s(0, 100) == pytest.approx(0.5)
+    assert _deadline.stalled_s(30.2, 31) == pytest.approx(0.3)
+    assert _deadline.stalled_s(29, 30) == 0
