@@ -1154,7 +1154,7 @@ def _note_stall(due: float, woke: float, cpu_s: float) -> None:
     uses CPU)."""
     late = woke - due
     if late > _POLL_S and cpu_s < (late + _POLL_S) / 2:
-        _STALLS.append((due, woke))
+        _STALLS.append((due + cpu_s, woke))  # less what it did run (all threads' CPU)
 
 
 def stalled_s(since: float, until: float) -> float:

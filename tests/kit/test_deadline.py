@@ -505,8 +505,9 @@ def test_a_stall_is_the_process_not_scheduled(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(_deadline, "_STALLS", collections.deque(maxlen=8))
     _deadline._note_stall(10.0, 10.03, 0.0)  # a timer's ordinary lateness
     _deadline._note_stall(20.0, 20.5, 0.4)  # late, but busy: a thread kept the GIL
-    _deadline._note_stall(30.0, 30.5, 0.01)  # late and idle: not scheduled
-    assert list(_deadline._STALLS) == [(30.0, 30.5)]
-    assert _deadline.stalled_s(0, 100) == pytest.approx(0.5)
+    _deadline._note_stall(30.0, 30.5, 0.0)  # late and idle: not scheduled
+    _deadline._note_stall(40.0, 40.5, 0.1)  # not scheduled but for 0.1 s of CPU
+    assert list(_deadline._STALLS) == [(30.0, 30.5), (40.1, 40.5)]
+    assert _deadline.stalled_s(0, 100) == pytest.approx(0.9)
     assert _deadline.stalled_s(30.2, 31) == pytest.approx(0.3)
     assert _deadline.stalled_s(29, 30) == 0
