@@ -101,6 +101,7 @@ __all__ = [
     "settle_tasks",
     "stalled_s",
     "wait_owned",
+    "wait_scheduled",
 ]
 
 T = TypeVar("T")
@@ -703,6 +704,27 @@ async def wait_owned(task: asyncio.Future[Any], seconds: float) -> bool:
         task.cancel()
         raise
     return bool(done)
+
+
+async def wait_scheduled(task: asyncio.Future[Any], seconds: float) -> bool:
+    """:func:`wait_owned`, counting only time the process was scheduled: a stall of the
+    whole process meanwhile (:func:`stalled_s`) extends the wait by as long, so that a
+    limit on what the backend does is a limit on the time it had."""
+    started = time.monotonic()
+    looked_again = False
+    while True:
+        left = started + seconds + stalled_s(started, time.monotonic()) - time.monotonic()
+        if left > 0:
+            if await wait_owned(task, left):
+                return True
+            looked_again = False
+            continue
+        if task.done() or looked_again:
+            return task.done()
+        # Out of time: a stall that ended just now is noted at the watchdog's next polls.
+        if await wait_owned(task, 2 * _POLL_S):
+            return True
+        looked_again = True
 
 
 def leftover_tasks() -> set[asyncio.Task[Any]]:

@@ -16,7 +16,7 @@ import anyio
 import pytest
 from _pytest.outcomes import OutcomeException
 
-from ._deadline import NOT_CONCLUDED, CheckOutOfTime, stalled_s, wait_owned
+from ._deadline import NOT_CONCLUDED, CheckOutOfTime, stalled_s, wait_scheduled
 from ._patience import patient
 from .contract import (
     ConversationTurn,
@@ -265,18 +265,28 @@ async def eventually(
     what: str,
 ) -> None:
     """Poll ``predicate`` until true; fail with ``what`` after ``timeout`` seconds (scaled
-    by ``--stm-patience``)."""
+    by ``--stm-patience``) of time the process was scheduled (a stall of the whole process
+    meanwhile, noted by the watchdog, is added)."""
     timeout = patient(timeout)
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    looked_again = False
     while True:
         result = predicate()
         if not isinstance(result, bool):
             result = await result
         if result:
             return
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now <= started + timeout + stalled_s(started, now):
+            looked_again = False
+        elif looked_again:
             # ``what`` leads, so a message naming a requirement ID is attributed to it.
             raise AssertionError(f"{what} (still not true after {timeout:g}s)")
+        else:
+            # Out of time: a stall that ended just now is noted at the watchdog's next polls.
+            looked_again = True
+            await asyncio.sleep(0.1)
+            continue
         await asyncio.sleep(0.002)
 
 
@@ -340,11 +350,12 @@ async def returns_within(
     what: str,
 ) -> Any:
     """Await ``awaitable``; fail with ``what`` if it takes over ``timeout`` seconds (scaled
-    by ``--stm-patience``). For waits the checked memory cannot diagnose itself (a check's
-    own summarizer), so that they fail on their requirement, not at the check's deadline."""
+    by ``--stm-patience``, of time the process was scheduled). For waits the checked memory
+    cannot diagnose itself (a check's own summarizer), so that they fail on their
+    requirement, not at the check's deadline."""
     timeout = patient(timeout)
     task = asyncio.ensure_future(awaitable)
-    if not await wait_owned(task, timeout):
+    if not await wait_scheduled(task, timeout):
         task.cancel()
         raise AssertionError(f"{what} (did not return within {timeout:g}s)")
     return task.result()

@@ -35,6 +35,7 @@ from ._deadline import (
     run_guarded,
     settle_tasks,
     wait_owned,
+    wait_scheduled,
 )
 from ._patience import patient
 from ._session import active_backend
@@ -206,7 +207,7 @@ class CheckedMemory:
             rest = _add_turn_limit() - DEADLOCK_S
             while blocked_on is None:
                 ended = self._stm_adds_ended
-                if await wait_owned(task, rest):
+                if await wait_scheduled(task, rest):
                     break
                 if self._stm_adds_ended > ended:
                     # Queued behind other add_turn calls that do end (a memory may take
@@ -327,7 +328,7 @@ class CheckedMemory:
         while not task.done():
             summarizer = self._stm_summarizer
             calls = len(summarizer.calls) if summarizer is not None else 0
-            await wait_owned(task, patient(FLUSH_LIMIT_S))
+            await wait_scheduled(task, patient(FLUSH_LIMIT_S))
             if task.done() or summarizer is None or summarizer.waiting:
                 continue  # a held or unknown summarizer: the check's own limits apply
             task.cancel()

@@ -207,6 +207,58 @@ def test_a_bound_missed_while_the_process_was_stopped_is_not_concluded(
     ), checks["test_late_while_stopped"]["message"]
 
 
+def test_the_kit_s_waits_on_the_backend_count_only_time_the_process_was_scheduled(
+    fake_suite: FakeSuite, run_pytest: RunPytest
+) -> None:
+    # An operation that needs 1 s of the loop, under a limit of 1.2 s: met, though the
+    # process is stopped for 1 s meanwhile (SIGSTOP from outside, then SIGCONT); one that
+    # needs 1.5 s misses it.
+    fake_suite(
+        """
+        import asyncio
+        import os
+        import subprocess
+
+        from stm_conformance.checks import eventually, returns_within
+
+
+        async def operation(steps):
+            for _ in range(steps):
+                await asyncio.sleep(0.05)
+
+
+        def stop_for_a_second():
+            pid = os.getpid()
+            stop = f"sleep 0.3; kill -STOP {pid}; sleep 1; kill -CONT {pid}"
+            subprocess.Popen(["sh", "-c", stop])
+
+
+        @req("WM-001")
+        async def test_returns_within_while_stopped():
+            stop_for_a_second()
+            await returns_within(operation(20), timeout=1.2, what="WM-001: it did not return")
+
+
+        @req("WM-001")
+        async def test_eventually_while_stopped():
+            stop_for_a_second()
+            task = asyncio.ensure_future(operation(20))
+            await eventually(task.done, timeout=1.2, what="WM-001: it did not end")
+
+
+        @req("WM-001")
+        async def test_returns_within_too_slow():
+            await returns_within(operation(30), timeout=1.2, what="WM-001: it did not return")
+        """
+    )
+    result = run_pytest(BACKEND, "-rf", "test_fake.py")
+    result.stdout.fnmatch_lines(["FAILED test_fake.py::test_returns_within_too_slow - WM-001*"])
+    result.assert_outcomes(passed=2, failed=1)
+    assert "AssertionError: WM-001: it did not return (did not return within 1.2s)" in (
+        result.stdout.str()
+    )
+
+
 def test_failure_starts_with_requirement_and_junit_carries_ids(
     fake_suite: FakeSuite, run_pytest: RunPytest, pytester: pytest.Pytester
 ) -> None:
