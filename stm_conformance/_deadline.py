@@ -38,6 +38,11 @@ had kept the loop for the block threshold. A slow backend, or a busy machine, do
 as well as a broken one; no requirement is judged on it. An operation that ran half the
 limit or more is stuck, and fails the check as before.
 
+A guard's limit other than the check's own counts only time the process was scheduled:
+the watchdog notes when it wakes late from a short sleep while the process used no CPU
+(:func:`stalled_s`: a busy machine, a ``SIGSTOP``), and the guard's deadline moves by as
+much (:func:`wait_scheduled` does the same for the checks' own waits).
+
 A guard also decides early that an operation can never finish, instead of waiting for the
 whole time limit: when the operation, or a task it awaits, was cancelled and still runs
 after :data:`IGNORED_CANCEL_S`; and, with :func:`kit_probe`, when it waits on a summarizer
@@ -543,6 +548,9 @@ async def _guard(
     if seconds is not None:
         watch.deadline = time.monotonic() + seconds
     deadline = None if seconds is None else loop.time() + seconds
+    started = time.monotonic()
+    moved_by = 0.0  # the stalls of the whole process the deadline was moved by
+    graced = False  # past it once with no new stall: a last look after the watchdog's polls
     stuck: Stuck | None = None
     stuck_since = 0.0
     reason: str | None = None
@@ -563,6 +571,20 @@ async def _guard(
             while not task.done() and watch.blocked is None:
                 now = loop.time()
                 wait = _LOOK_S if deadline is None else min(deadline - now, _LOOK_S)
+                if wait <= 0 and deadline is not None and limit != CHECK_LIMIT:
+                    # A limit on the backend's time counts only time the process was
+                    # scheduled (the check's own limit is the check's: not moved).
+                    stalled = stalled_s(started, time.monotonic())
+                    if stalled > moved_by or not graced:
+                        # Moved by the new stalls; else once, to just after the watchdog's
+                        # next polls, which note a stall that ended just now.
+                        graced = stalled <= moved_by
+                        extra = stalled - moved_by if not graced else now + 2 * _POLL_S - deadline
+                        moved_by = max(moved_by, stalled)
+                        deadline += extra
+                        if watch.deadline is not None:
+                            watch.deadline += extra
+                        continue
                 if wait <= 0:
                     # Started late in the check (this operation, or the backend's one
                     # the check awaits), or waiting on nothing of the backend's, and no
@@ -615,7 +637,9 @@ async def _guard(
         where = "where it waited when it was stopped"
     ended = await _stop(task)
     after = "" if ended else "; it ignored cancellation and was abandoned"
-    if out_of_time and ended:  # a task that ignores its cancellation is stuck
+    # A task that ignores its cancellation is stuck; the check's own hypothesis run, whose
+    # interrupt waits for a place safe to raise it, may just take longer to end.
+    if out_of_time and (ended or own_run):
         held = (
             f" (its own hypothesis run held the event loop: no call of the backend in it "
             f"ran for {blocked_after:.2g}s)"
@@ -623,7 +647,7 @@ async def _guard(
             else ""
         )
         raise CheckOutOfTime(
-            f"{NOT_CONCLUDED}: {what} did not finish within {seconds:g}s{limit}{held}; "
+            f"{NOT_CONCLUDED}: {what} did not finish within {seconds:g}s{limit}{held}{after}; "
             f"{_SLOW}\n{where}:\n{stack}".rstrip()
         )
     raise CheckTimeout(f"{what} {reason}{after}\n{where}:\n{stack}".rstrip())

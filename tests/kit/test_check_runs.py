@@ -210,15 +210,16 @@ def test_a_bound_missed_while_the_process_was_stopped_is_not_concluded(
 def test_the_kit_s_waits_on_the_backend_count_only_time_the_process_was_scheduled(
     fake_suite: FakeSuite, run_pytest: RunPytest
 ) -> None:
-    # An operation that needs 1 s of the loop, under a limit of 1.2 s: met, though the
-    # process is stopped for 1 s meanwhile (SIGSTOP from outside, then SIGCONT); one that
-    # needs 1.5 s misses it.
+    # An operation that needs 1 s of the loop, under a limit of 1.2 s (a check's wait, a
+    # guard's): met, though the process is stopped for 1 s meanwhile (SIGSTOP from outside,
+    # then SIGCONT); one that needs 1.5 s misses it.
     fake_suite(
         """
         import asyncio
         import os
         import subprocess
 
+        from stm_conformance._deadline import run_guarded
         from stm_conformance.checks import eventually, returns_within
 
 
@@ -247,16 +248,32 @@ def test_the_kit_s_waits_on_the_backend_count_only_time_the_process_was_schedule
 
 
         @req("WM-001")
+        async def test_a_guard_while_stopped():  # a step of the differential, say
+            stop_for_a_second()
+            await run_guarded(operation(20), seconds=1.2, what="the step")
+
+
+        @req("WM-001")
         async def test_returns_within_too_slow():
             await returns_within(operation(30), timeout=1.2, what="WM-001: it did not return")
+
+
+        @req("WM-001")
+        async def test_a_guard_too_slow():
+            await run_guarded(operation(30), seconds=1.2, what="the step")
         """
     )
     result = run_pytest(BACKEND, "-rf", "test_fake.py")
-    result.stdout.fnmatch_lines(["FAILED test_fake.py::test_returns_within_too_slow - WM-001*"])
-    result.assert_outcomes(passed=2, failed=1)
-    assert "AssertionError: WM-001: it did not return (did not return within 1.2s)" in (
-        result.stdout.str()
+    result.stdout.fnmatch_lines_random(
+        [
+            "FAILED test_fake.py::test_returns_within_too_slow - WM-001*",
+            "FAILED test_fake.py::test_a_guard_too_slow - WM-001*",
+        ]
     )
+    result.assert_outcomes(passed=3, failed=2)
+    output = result.stdout.str()
+    assert "AssertionError: WM-001: it did not return (did not return within 1.2s)" in output
+    assert "the step did not finish within 1.2s: awaited forever" in output
 
 
 def test_failure_starts_with_requirement_and_junit_carries_ids(
