@@ -436,11 +436,11 @@ def test_the_kit_and_the_check_are_told_apart_from_the_backend() -> None:
         _BACKEND["calls"](look)  # the backend calls back into the check's code
     outer = frames["outer"]
     assert outer is not None and outer.f_code.co_name == "calls"
-    asyncio_frame = asyncio.sleep(0)
+    sleeping = asyncio.sleep(0)
     try:
-        assert _deadline._kit_side(asyncio_frame.cr_frame)  # the standard library's
+        assert _deadline._kit_side(sleeping.cr_frame)  # the standard library's
     finally:
-        asyncio_frame.close()
+        sleeping.close()
 
 
 def test_a_check_waiting_on_its_own_code_at_its_limit_concludes_nothing() -> None:
