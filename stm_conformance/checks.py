@@ -277,7 +277,7 @@ async def eventually(
         if result:
             return
         now = time.monotonic()
-        if now <= started + timeout + stalled_s(started, now):
+        if now <= started + timeout or now <= started + timeout + stalled_s(started, now):
             looked_again = False
         elif looked_again:
             # ``what`` leads, so a message naming a requirement ID is attributed to it.
