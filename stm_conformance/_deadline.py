@@ -41,7 +41,7 @@ limit or more is stuck, and fails the check as before.
 A guard's limit other than the check's own counts only time the process was scheduled:
 the watchdog notes when it wakes late from a short sleep while the process used no CPU
 (:func:`stalled_s`: a busy machine, a ``SIGSTOP``), and the guard's deadline moves by as
-much (:func:`wait_scheduled` does the same for the checks' own waits).
+much (an :class:`Allowance`, which the checks' own waits use too).
 
 A guard also decides early that an operation can never finish, instead of waiting for the
 whole time limit: when the operation, or a task it awaits, was cancelled and still runs
@@ -107,6 +107,7 @@ __all__ = [
     "stalled_s",
     "wait_owned",
     "wait_scheduled",
+    "Allowance",
 ]
 
 T = TypeVar("T")
@@ -315,7 +316,8 @@ _KIT_PACKAGES = frozenset(
     {"stm_conformance", "hypothesis", "_hypothesis_pytestplugin", "_pytest", "pytest"}
     | {"pluggy", "anyio", "attr", "sortedcontainers", "exceptiongroup"}
 ) | frozenset(sys.stdlib_module_names)
-_KIT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+#: The kit's own files (the checks among them), for :func:`_kit_side` and the differential.
+_KIT_DIR = os.path.dirname(os.path.realpath(__file__)) + os.sep
 
 
 def _kit_side(frame: FrameType) -> bool:
@@ -548,9 +550,9 @@ async def _guard(
     if seconds is not None:
         watch.deadline = time.monotonic() + seconds
     deadline = None if seconds is None else loop.time() + seconds
-    started = time.monotonic()
-    moved_by = 0.0  # the stalls of the whole process the deadline was moved by
-    graced = False  # past it once with no new stall: a last look after the watchdog's polls
+    # A limit on the backend's time counts only time the process was scheduled (the
+    # check's own limit is the check's: not moved).
+    allowance = None if seconds is None or limit == CHECK_LIMIT else Allowance(seconds)
     stuck: Stuck | None = None
     stuck_since = 0.0
     reason: str | None = None
@@ -570,21 +572,11 @@ async def _guard(
             waiting: set[asyncio.Future[Any]] = {task} if woken is None else {task, woken}
             while not task.done() and watch.blocked is None:
                 now = loop.time()
+                if allowance is not None:
+                    left = allowance.left()
+                    deadline = now + left
+                    watch.deadline = time.monotonic() + left
                 wait = _LOOK_S if deadline is None else min(deadline - now, _LOOK_S)
-                if wait <= 0 and deadline is not None and limit != CHECK_LIMIT:
-                    # A limit on the backend's time counts only time the process was
-                    # scheduled (the check's own limit is the check's: not moved).
-                    stalled = stalled_s(started, time.monotonic())
-                    if stalled > moved_by or not graced:
-                        # Moved by the new stalls; else once, to just after the watchdog's
-                        # next polls, which note a stall that ended just now.
-                        graced = stalled <= moved_by
-                        extra = stalled - moved_by if not graced else now + 2 * _POLL_S - deadline
-                        moved_by = max(moved_by, stalled)
-                        deadline += extra
-                        if watch.deadline is not None:
-                            watch.deadline += extra
-                        continue
                 if wait <= 0:
                     # Started late in the check (this operation, or the backend's one
                     # the check awaits), or waiting on nothing of the backend's, and no
@@ -730,25 +722,41 @@ async def wait_owned(task: asyncio.Future[Any], seconds: float) -> bool:
     return bool(done)
 
 
+class Allowance:
+    """``seconds`` from now, counting only time the process was scheduled: every stall of
+    the whole process (:func:`stalled_s`) moves the end by as long, so that a limit on
+    what the backend does is a limit on the time it had. Once out of time, a last look
+    after the watchdog's next polls, which note a stall that ended just now."""
+
+    __slots__ = ("_grace_end", "_graced_stall", "seconds", "started")
+
+    def __init__(self, seconds: float) -> None:
+        self.started = time.monotonic()
+        self.seconds = seconds
+        self._grace_end: float | None = None
+        self._graced_stall = 0.0
+
+    def left(self) -> float:
+        """Seconds left; zero or less once out of time."""
+        now = time.monotonic()
+        end = self.started + self.seconds
+        if now < end:  # the common case, without looking at the stalls
+            return end - now
+        stalled = stalled_s(self.started, now)
+        if end + stalled > now:
+            return end + stalled - now
+        if self._grace_end is None or stalled > self._graced_stall:
+            self._grace_end, self._graced_stall = now + 2 * _POLL_S, stalled
+        return self._grace_end - now
+
+
 async def wait_scheduled(task: asyncio.Future[Any], seconds: float) -> bool:
-    """:func:`wait_owned`, counting only time the process was scheduled: a stall of the
-    whole process meanwhile (:func:`stalled_s`) extends the wait by as long, so that a
-    limit on what the backend does is a limit on the time it had."""
-    started = time.monotonic()
-    looked_again = False
-    while True:
-        left = started + seconds + stalled_s(started, time.monotonic()) - time.monotonic()
-        if left > 0:
-            if await wait_owned(task, left):
-                return True
-            looked_again = False
-            continue
-        if task.done() or looked_again:
-            return task.done()
-        # Out of time: a stall that ended just now is noted at the watchdog's next polls.
-        if await wait_owned(task, 2 * _POLL_S):
+    """:func:`wait_owned` within an :class:`Allowance` of ``seconds``."""
+    allowance = Allowance(seconds)
+    while (left := allowance.left()) > 0:
+        if await wait_owned(task, left):
             return True
-        looked_again = True
+    return task.done()
 
 
 def leftover_tasks() -> set[asyncio.Task[Any]]:

@@ -16,7 +16,7 @@ import anyio
 import pytest
 from _pytest.outcomes import OutcomeException
 
-from ._deadline import NOT_CONCLUDED, CheckOutOfTime, stalled_s, wait_scheduled
+from ._deadline import NOT_CONCLUDED, Allowance, CheckOutOfTime, stalled_s, wait_scheduled
 from ._patience import patient
 from .contract import (
     ConversationTurn,
@@ -268,25 +268,16 @@ async def eventually(
     by ``--stm-patience``) of time the process was scheduled (a stall of the whole process
     meanwhile, noted by the watchdog, is added)."""
     timeout = patient(timeout)
-    started = time.monotonic()
-    looked_again = False
+    allowance = Allowance(timeout)
     while True:
         result = predicate()
         if not isinstance(result, bool):
             result = await result
         if result:
             return
-        now = time.monotonic()
-        if now <= started + timeout or now <= started + timeout + stalled_s(started, now):
-            looked_again = False
-        elif looked_again:
+        if allowance.left() <= 0:
             # ``what`` leads, so a message naming a requirement ID is attributed to it.
             raise AssertionError(f"{what} (still not true after {timeout:g}s)")
-        else:
-            # Out of time: a stall that ended just now is noted at the watchdog's next polls.
-            looked_again = True
-            await asyncio.sleep(0.1)
-            continue
         await asyncio.sleep(0.002)
 
 

@@ -46,7 +46,15 @@ from hypothesis.stateful import (
     rule,
 )
 
-from ._deadline import BLOCKED, CheckTimeout, close_runner, kit_probe, run_bounded, run_guarded
+from ._deadline import (
+    _KIT_DIR,
+    BLOCKED,
+    CheckTimeout,
+    close_runner,
+    kit_probe,
+    run_bounded,
+    run_guarded,
+)
 from ._patience import patient
 from .checks import config
 from .contract import (
@@ -890,17 +898,11 @@ class MemoryDifferential(RuleBasedStateMachine):
         skipped = [u for u in pending[pending.index(shown[0]) :] if u not in shown]
         if not skipped:
             return None
-        first = self.held_from
         try:
             self._bounded(self._flush_and_look(set()), "flush() to see which turns are pending")
         except Exception:
             return None  # the flush tells nothing: BUD-010's finding stands
-        sent = {
-            str(t.get("user"))
-            for call in self.summarizer.calls[first:]
-            for t in call.get("turns") or []
-            if isinstance(t, Mapping)
-        }
+        sent = self._sent_while_held()  # the call in flight, and the flush's
         lost = [u for u in skipped if u not in sent]
         if not lost or str(self.sut.health.value) != "healthy":
             return None
@@ -924,13 +926,10 @@ class MemoryDifferential(RuleBasedStateMachine):
 # -- attribution ----------------------------------------------------------------------------
 
 
-_KIT = str(Path(__file__).resolve().parent)
-
-
 def _kit_task(task: asyncio.Task[Any]) -> bool:
     """Whether ``task`` runs the kit's own code (the step running the operation)."""
     code = getattr(task.get_coro(), "cr_code", None)
-    return code is not None and str(Path(code.co_filename).resolve()).startswith(_KIT)
+    return code is not None and str(Path(code.co_filename).resolve()).startswith(_KIT_DIR)
 
 
 def _failure_rule(mode: FailureMode, rule: str) -> str:
