@@ -330,13 +330,21 @@ def _kit_side(frame: FrameType) -> bool:
     return isinstance(name, str) and name.partition(".")[0] in _KIT_PACKAGES
 
 
-def _backend_call(frame: FrameType | None) -> FrameType | None:
+def _backend_call(frame: FrameType | None, *, in_example: bool = False) -> FrameType | None:
     """The outermost frame of backend code on a thread's stack from ``frame`` out to the
     event loop's callback, or to the check's start (the frame that entered
     :func:`check_deadline`; what runs the check lies beyond): the call of the backend
-    under way, or ``None`` when only the check's own code runs."""
+    under way, or ``None`` when only the check's own code runs.
+
+    ``in_example``: only out to hypothesis' frames (the example running). The watchdog
+    looks every poll while the thread runs on: CPython 3.11.2 crashed walking a running
+    thread's outer (coroutine) frames, not the frames of the example, which
+    :func:`_runs_hypothesis` has always walked."""
     found = None
+    package = _hypothesis_dir() if in_example else None
     while frame is not None and frame.f_code is not _HANDLE_RUN and frame is not _check_root:
+        if package is not None and frame.f_code.co_filename.startswith(package):
+            break
         if not _kit_side(frame):
             found = frame
         frame = frame.f_back
@@ -1117,7 +1125,7 @@ class _Watchdog:
         if watch.blocked is None and now - watch.sent_at >= _POLL_S:
             frame = sys._current_frames().get(watch.thread_id)
             if _runs_hypothesis(frame):
-                call = _backend_call(frame)
+                call = _backend_call(frame, in_example=True)
                 if call is not watch.call:
                     watch.call, watch.call_since = call, now
                 if watch.deadline is None or now < watch.deadline:
@@ -1134,7 +1142,7 @@ class _Watchdog:
             if _runs_hypothesis(frame):
                 # Past the deadline in the check's own run: a block of the backend's only
                 # if one call of it has kept the loop that long.
-                call = _backend_call(frame)
+                call = _backend_call(frame, in_example=True)
                 watch.own_time = (
                     call is None or call is not watch.call or now - watch.call_since < watch.block_s
                 )
@@ -1260,12 +1268,17 @@ def _on_interrupt_signal(signum: int, frame: FrameType | None) -> None:
         raise exc
 
 
+@functools.cache
+def _hypothesis_dir() -> str:
+    import hypothesis
+
+    return os.path.dirname(hypothesis.__file__) + os.sep
+
+
 def _runs_hypothesis(frame: FrameType | None) -> bool:
     """Whether the callback the loop runs is inside a hypothesis run (between ``frame``
     and the loop's ``Handle._run``)."""
-    import hypothesis
-
-    package = os.path.dirname(hypothesis.__file__) + os.sep
+    package = _hypothesis_dir()
     f = frame
     while f is not None and f.f_code is not _HANDLE_RUN:
         if f.f_code.co_filename.startswith(package):
