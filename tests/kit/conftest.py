@@ -105,7 +105,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     jobs: dict[str, Job] = {}
     for item in judges:
         for mark in item.iter_markers("suite_run"):
-            jobs.setdefault(mark.args[0].name, mark.args[0])
+            job: Job | None = mark.args[0]
+            while job is not None:  # and the jobs it comes after
+                jobs.setdefault(job.name, job)
+                job = job.after
     basetemp = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
     # xdist workers' base directories share a parent: the controller's.
     shared = basetemp.parent if hasattr(config, "workerinput") else basetemp
@@ -129,3 +132,9 @@ def suite_result(request: pytest.FixtureRequest) -> Ended:
     mark = request.node.get_closest_marker("suite_run")
     assert mark is not None, "suite_result needs a suite_run mark"
     return request.config.stash[_BATCH].result(mark.args[0].name)
+
+
+@pytest.fixture
+def suite_runs(request: pytest.FixtureRequest) -> Batch:
+    """The session's batch of whole-suite runs (their directories are under its root)."""
+    return request.config.stash[_BATCH]

@@ -12,12 +12,17 @@ gap of the suite, described by the note): its run is a strict expected failure, 
 the missing check turns it into an unexpected pass until the note is removed.
 
 The runs are started ahead, at collection, a few at once (``run_ahead``); these tests
-judge them at the end of the session.
+judge them at the end of the session. A mutant's run runs only the checks that can reach
+its change (``stm_impact``): a check that never calls a function the mutant replaces runs
+the reference's code, which passes it (``test_reference_passes_everything``). What each
+check calls is recorded from one more run of the reference, before the mutants' runs
+start. ``STM_MUTANT_RUNS=full`` runs every check against every mutant instead.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from types import ModuleType
 from typing import Any
@@ -29,8 +34,9 @@ from kit_support import (
     assert_passed_everything,
     failed_requirements,
     failing_checks,
+    load_json,
 )
-from run_ahead import Ended, Job
+from run_ahead import Batch, Ended, Job
 
 from stm_conformance.capabilities import CAPABILITIES as SHARED_CAPABILITIES
 from stm_conformance.requirements import load_spec
@@ -90,10 +96,24 @@ SHARED_ARGS = (
 )
 
 
+#: The run of the reference that records what each check calls (``stm_impact``), in its
+#: directory beside the mutants' runs. Traced, it takes three times the CPU of a plain run.
+RECORD = Job(
+    "reference-record", "reference", (*ARGS, "-p", "stm_impact", "--impact-record=impact.json")
+)
+#: Every check against every mutant (``STM_MUTANT_RUNS=full``), as a release is checked.
+FULL = os.environ.get("STM_MUTANT_RUNS", "") == "full"
+
+
 def _job(name: str) -> Job:
     module = _mutant(name)
-    args = SHARED_ARGS if module.BREAKS in SHARED_ONLY else ARGS
-    return Job(name, f"stm_mutants.{name}:provider", args, slow=bool(getattr(module, "SLOW", None)))
+    slow = bool(getattr(module, "SLOW", None))
+    if module.BREAKS in SHARED_ONLY:  # the Redis backend: no record speaks for it
+        return Job(name, f"stm_mutants.{name}:provider", SHARED_ARGS, slow=slow)
+    if FULL:
+        return Job(name, f"stm_mutants.{name}:provider", ARGS, slow=slow)
+    select = ("-p", "stm_impact", f"--impact-select=../{RECORD.name}/impact.json")
+    return Job(name, f"stm_mutants.{name}:provider", (*ARGS, *select), slow=slow, after=RECORD)
 
 
 def _params() -> list[Any]:
@@ -155,3 +175,55 @@ def test_suite_catches_mutant(name: str, suite_result: Ended) -> None:
 @pytest.mark.suite_run(Job("reference", "reference", ARGS))
 def test_reference_passes_everything(suite_result: Ended) -> None:
     assert_passed_everything(suite_result.report, suite_result.output, "the reference backend")
+
+
+@pytest.mark.skipif(FULL, reason="every mutant runs every check (STM_MUTANT_RUNS=full)")
+@pytest.mark.suite_run(RECORD)
+def test_the_record_of_the_reference_covers_every_check(
+    suite_result: Ended, suite_runs: Batch
+) -> None:
+    """The record the mutants' runs select from names every check the suite runs, each
+    with the reference functions it called; a check that did not pass under the tracer
+    is run against every mutant (its record may stop short)."""
+    record = load_json(suite_runs.root / RECORD.name / "impact.json")
+    checks = {check["nodeid"] for check in suite_result.report["checks"]}
+    assert set(record["checks"]) == checks, "the record misses checks, or names others"
+    assert set(record["not_passed"]) <= checks
+    called = [keys for node, keys in record["checks"].items() if "test_differential" in node]
+    assert all(any("DefaultShortTermMemory.add_turn" in key for key in keys) for keys in called)
+
+
+#: Mutants whose runs select part of the suite, each run a second time against every check:
+#: a change reached in the full run only (through a path the record missed) shows here.
+CROSS_CHECKED = (
+    "ser005_hydrate_skips_turnless_record",  # 43 of 361 checks
+    "wm002_turn_too_long_to_show_dropped",
+    "bud003_blank_turns_not_counted_in_window",
+    "cb004_degrade_alert_awaited_by_worker",
+)
+
+
+def _every_check(name: str) -> Job:
+    return Job(f"{name}-every-check", f"stm_mutants.{name}:provider", ARGS)
+
+
+@pytest.mark.skipif(FULL, reason="every mutant runs every check (STM_MUTANT_RUNS=full)")
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            name,
+            marks=[pytest.mark.suite_run(_job(name)), pytest.mark.suite_run(_every_check(name))],
+        )
+        for name in CROSS_CHECKED
+    ],
+)
+def test_a_selected_run_misses_no_failure_of_the_full_run(name: str, suite_runs: Batch) -> None:
+    selected = suite_runs.result(name).report
+    full = suite_runs.result(_every_check(name).name).report
+    ran = {check["nodeid"] for check in selected["checks"]}  # deselected checks are not listed
+    failed_in_full = {c["nodeid"] for c in full["checks"] if c["outcome"] in ("failed", "error")}
+    assert failed_in_full, f"{name}: the full run failed no check"
+    assert failed_in_full <= ran, f"not selected, failed in the full run: {failed_in_full - ran}"
+    assert failed_requirements(selected) == failed_requirements(full)
+    assert len(ran) < len(full["checks"]), f"{name}: every check was selected"

@@ -71,6 +71,27 @@ def test_each_run_starts_once_idle_and_slow_first_at_most_at_once(tmp_path: Path
     assert (backend, args, env) == ("b1", ["-x"], {"K": "1"})
 
 
+def test_a_run_after_another_starts_once_that_one_ended_and_others_go_meanwhile(
+    tmp_path: Path,
+) -> None:
+    runs = FakeRuns()
+    first = Job("first", "f")
+    jobs = [Job("waiting", "w", after=first), first, Job("free", "x")]
+    batch = Batch(tmp_path, jobs, runs.start)
+    batch.start_all()
+    runs.wait_started(2)
+    time.sleep(0.2)
+    assert sorted(runs.started) == ["first", "free"], runs.started
+    runs.end(tmp_path, "free")
+    time.sleep(0.2)
+    assert "waiting" not in runs.started, "started before the run it comes after ended"
+    runs.end(tmp_path, "first")
+    runs.wait_started(3)
+    assert runs.started[-1] == "waiting"
+    runs.end(tmp_path, "waiting")
+    batch.join()
+
+
 def test_a_run_never_started_is_a_clear_error(tmp_path: Path) -> None:
     batch = Batch(tmp_path, [Job("never", "x")], timeout_s=0.05)  # nobody starts it
     with pytest.raises(TimeoutError, match="never started"):
