@@ -422,11 +422,11 @@ async def test_failures_never_reach_flush_callers() -> None:
 @pytest.mark.anyio
 async def test_turns_dropped_while_a_recovery_call_holds_them_are_not_counted() -> None:
     gate = asyncio.Event()
-    calls: list[list[str]] = []
+    calls: list[tuple[bool, list[str]]] = []  # (failed, the batch's user messages)
     failing = True
 
     async def summarizer(payload: Any) -> dict[str, str]:
-        calls.append([t["user"] for t in payload["turns"]])
+        calls.append((failing, [t["user"] for t in payload["turns"]]))
         if failing:
             raise RuntimeError("down")
         await gate.wait()
@@ -447,8 +447,10 @@ async def test_turns_dropped_while_a_recovery_call_holds_them_are_not_counted() 
         assert memory.dropped_turns == 3
         gate.set()
         await until(lambda: memory.health is HEALTHY)
-        # u0 and u1 were in the recovery call: only u2 was lost.
-        assert calls[1] == ["u0", "u1"], calls
+        # u0 and u1 were in the recovery call: only u2 was lost. (On a busy machine a
+        # recovery attempt may fail on u0 alone before u1 reaches the backlog.)
+        recovery = [batch for failed, batch in calls if not failed]
+        assert recovery[0] == ["u0", "u1"], calls
         assert memory.dropped_turns == 1
 
 
