@@ -127,14 +127,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 @pytest.fixture
-def suite_result(request: pytest.FixtureRequest) -> Ended:
-    """The ended run this test's ``suite_run`` mark asks for (see ``run_ahead``)."""
-    mark = request.node.get_closest_marker("suite_run")
-    assert mark is not None, "suite_result needs a suite_run mark"
-    return request.config.stash[_BATCH].result(mark.args[0].name)
-
-
-@pytest.fixture
 def suite_runs(request: pytest.FixtureRequest) -> Batch:
     """The session's batch of whole-suite runs (their directories are under its root)."""
     return request.config.stash[_BATCH]
+
+
+@pytest.fixture
+def suite_result(request: pytest.FixtureRequest, suite_runs: Batch) -> Ended:
+    """The ended run this test's ``suite_run`` mark asks for (see ``run_ahead``)."""
+    mark = request.node.get_closest_marker("suite_run")
+    assert mark is not None, "suite_result needs a suite_run mark"
+    return suite_runs.result(mark.args[0].name)

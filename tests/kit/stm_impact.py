@@ -44,7 +44,8 @@ import pytest
 
 import reference_impl
 
-REFERENCE_DIR = str(Path(reference_impl.__file__).resolve().parent)
+#: As the code objects' ``co_filename`` spell it (the path the package was imported from).
+REFERENCE_DIR = str(Path(reference_impl.__file__).parent)
 _PREFIX = "reference_impl"
 #: Attributes every class has of its own: not a change of behaviour.
 _PLAIN = frozenset(
@@ -82,8 +83,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def code_key(code: types.CodeType) -> str:
     """A function's name across processes: its file (under ``reference_impl``), first
     line and qualified name."""
-    path = Path(code.co_filename).resolve().relative_to(REFERENCE_DIR)
-    return f"{path.as_posix()}:{code.co_firstlineno}:{code.co_qualname}"
+    path = Path(code.co_filename).relative_to(REFERENCE_DIR).as_posix()
+    return f"{path}:{code.co_firstlineno}:{code.co_qualname}"
 
 
 class Recorder:
@@ -269,7 +270,6 @@ class Selector:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.before = _BEFORE
         self.note = ""
 
     @pytest.hookimpl(trylast=True)
@@ -283,7 +283,7 @@ class Selector:
             self.note = f"every check: {backend!r} names no mutant module"
             return
         try:
-            keys = footprint(module, self.before)
+            keys = footprint(module, _BEFORE)
             record = json.loads(self.path.read_text(encoding="utf-8"))
         except Unknown as exc:
             self.note = f"every check: {exc}"

@@ -21,6 +21,7 @@ start. ``STM_MUTANT_RUNS=full`` runs every check against every mutant instead.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import sys
@@ -103,17 +104,21 @@ RECORD = Job(
 )
 #: Every check against every mutant (``STM_MUTANT_RUNS=full``), as a release is checked.
 FULL = os.environ.get("STM_MUTANT_RUNS", "") == "full"
+#: For the tests of the selection itself.
+SELECTING = pytest.mark.skipif(FULL, reason="every mutant runs every check (STM_MUTANT_RUNS=full)")
 
 
-def _job(name: str) -> Job:
+def _job(name: str, *, every_check: bool = FULL) -> Job:
     module = _mutant(name)
-    slow = bool(getattr(module, "SLOW", None))
+    args = ARGS
+    after = None
     if module.BREAKS in SHARED_ONLY:  # the Redis backend: no record speaks for it
-        return Job(name, f"stm_mutants.{name}:provider", SHARED_ARGS, slow=slow)
-    if FULL:
-        return Job(name, f"stm_mutants.{name}:provider", ARGS, slow=slow)
-    select = ("-p", "stm_impact", f"--impact-select=../{RECORD.name}/impact.json")
-    return Job(name, f"stm_mutants.{name}:provider", (*ARGS, *select), slow=slow, after=RECORD)
+        args = SHARED_ARGS
+    elif not every_check:
+        args = (*ARGS, "-p", "stm_impact", f"--impact-select=../{RECORD.name}/impact.json")
+        after = RECORD
+    slow = bool(getattr(module, "SLOW", None))
+    return Job(name, f"stm_mutants.{name}:provider", args, slow=slow, after=after)
 
 
 def _params() -> list[Any]:
@@ -177,7 +182,7 @@ def test_reference_passes_everything(suite_result: Ended) -> None:
     assert_passed_everything(suite_result.report, suite_result.output, "the reference backend")
 
 
-@pytest.mark.skipif(FULL, reason="every mutant runs every check (STM_MUTANT_RUNS=full)")
+@SELECTING
 @pytest.mark.suite_run(RECORD)
 def test_the_record_of_the_reference_covers_every_check(
     suite_result: Ended, suite_runs: Batch
@@ -204,10 +209,10 @@ CROSS_CHECKED = (
 
 
 def _every_check(name: str) -> Job:
-    return Job(f"{name}-every-check", f"stm_mutants.{name}:provider", ARGS)
+    return dataclasses.replace(_job(name, every_check=True), name=f"{name}-every-check")
 
 
-@pytest.mark.skipif(FULL, reason="every mutant runs every check (STM_MUTANT_RUNS=full)")
+@SELECTING
 @pytest.mark.parametrize(
     "name",
     [
