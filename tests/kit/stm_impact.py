@@ -16,10 +16,16 @@ the reference.
 The footprint is taken from the objects, not the source: the attributes the mutant's
 classes define over a reference class's, and the attributes of ``reference_impl``'s modules
 and classes that importing the mutant changed (``_util.own_memory_only`` and the like).
+A provider's fields count as what the kit calls them through: a key resolver the mutant
+gives its provider replaces the reference provider's, and a storage key of its own (the
+reference has none) is reached through the kit's ``Provider.key_for_storage``, which the
+record notes too. Data a mutant's class adds under a name no code of the reference or the
+kit names is read only by the mutant's own functions, reached through what it replaces.
+
 Anything the record cannot speak for makes the mutant run every check: a replaced value
-that is not a function of ``reference_impl`` (a constant, say), a provider that differs
-from the reference's in more than the memory it creates (a key resolver, the Redis
-backend), a missing or unreadable record.
+that is not a function of ``reference_impl`` (a constant, say), data under a name the
+reference reads, a provider that creates memories its own way (the Redis backend) or
+differs in another field, a missing or unreadable record.
 
 A record holds what one run of the reference did, and the checks are deterministic up to
 timing: a change reached only on a path the reference took in another run's timing is
@@ -29,6 +35,7 @@ missed. ``STM_MUTANT_RUNS=full`` runs every mutant against every check instead.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import inspect
 import json
@@ -43,10 +50,15 @@ from typing import Any
 import pytest
 
 import reference_impl
+from stm_conformance.provider import Provider
 
 #: As the code objects' ``co_filename`` spell it (the path the package was imported from).
 REFERENCE_DIR = str(Path(reference_impl.__file__).parent)
 _PREFIX = "reference_impl"
+#: The kit's functions that call a provider field the reference leaves unset: a mutant
+#: setting the field changes only the checks that run them.
+_DOORS: dict[str, Any] = {"storage_key": Provider.key_for_storage}
+_DOOR_CODES = frozenset(door.__code__ for door in _DOORS.values())
 #: Attributes every class has of its own: not a change of behaviour.
 _PLAIN = frozenset(
     {
@@ -81,10 +93,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def code_key(code: types.CodeType) -> str:
-    """A function's name across processes: its file (under ``reference_impl``), first
-    line and qualified name."""
-    path = Path(code.co_filename).relative_to(REFERENCE_DIR).as_posix()
+    """A function's name across processes: its file (under ``reference_impl``; a kit's
+    door by module), first line and qualified name."""
+    if code in _DOOR_CODES:
+        path = f"<kit>/{Path(code.co_filename).name}"
+    else:
+        path = Path(code.co_filename).relative_to(REFERENCE_DIR).as_posix()
     return f"{path}:{code.co_firstlineno}:{code.co_qualname}"
+
+
+def _recorded(code: types.CodeType) -> bool:
+    return code.co_filename.startswith(REFERENCE_DIR) or code in _DOOR_CODES
 
 
 class Recorder:
@@ -113,9 +132,7 @@ class Recorder:
             threading.settrace(None)  # type: ignore[arg-type]
             ran = list(self.ran)
             self.ran.clear()
-            self.checks[item.nodeid] = sorted(
-                code_key(code) for code in ran if code.co_filename.startswith(REFERENCE_DIR)
-            )
+            self.checks[item.nodeid] = sorted(code_key(code) for code in ran if _recorded(code))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # A check that skipped itself while running stopped where the backend's answers
@@ -212,21 +229,61 @@ def _filled(cell: Any) -> bool:
     return True
 
 
+@functools.cache
+def _names_read() -> frozenset[str]:
+    """Every name the code of the reference and the kit names: attributes, globals and
+    string constants (``getattr(x, "name")``), from their source. Data of a mutant's own
+    under any other name is read only by the mutant's own code."""
+    import stm_conformance
+
+    names: set[str] = set()
+    for package in (REFERENCE_DIR, str(Path(stm_conformance.__file__).parent)):
+        for path in sorted(Path(package).rglob("*.py")):
+            stack = [compile(path.read_bytes(), str(path), "exec", dont_inherit=True)]
+            while stack:
+                code = stack.pop()
+                names.update(code.co_names)
+                for const in code.co_consts:
+                    if isinstance(const, str):
+                        names.add(const)
+                    elif isinstance(const, types.CodeType):
+                        stack.append(const)
+    return frozenset(names)
+
+
+def _provider_changes(provider: Provider) -> tuple[list[Any], list[Any]]:
+    """What a mutant's provider changes: the reference's functions (and the kit's doors)
+    its fields replace, and its own functions that stand in for them."""
+    from stm_mutants import reference_provider
+
+    replaced: list[Any] = []
+    own: list[Any] = []
+    for field in dataclasses.fields(provider):
+        name = field.name
+        ours, theirs = getattr(provider, name), getattr(reference_provider, name)
+        if name == "name" or ours == theirs:
+            continue
+        if name == "create" and ours.__qualname__ == "mutant_provider.<locals>.create":
+            own.append(ours)  # the reference's create, making the mutant's memory class
+        elif name == "create":
+            raise Unknown(f"its provider creates memories its own way ({ours.__qualname__})")
+        elif not isinstance(ours, types.FunctionType):
+            raise Unknown(f"its provider's {name} is not the reference's")
+        elif theirs is None and name in _DOORS:
+            replaced.append(_DOORS[name])
+            own.append(ours)
+        elif isinstance(theirs, types.FunctionType) and _is_reference(theirs):
+            replaced += _functions(theirs)
+            own.append(ours)
+        else:
+            raise Unknown(f"its provider's {name} is not the reference's")
+    return replaced, own
+
+
 def footprint(module: types.ModuleType, before: Snapshot) -> set[str]:
     """The code keys of the reference's functions the mutant ``module`` replaces (raises
     :class:`Unknown` when its change is not only functions of the reference)."""
-    from stm_mutants import reference_provider
-
-    provider = module.provider
-    if provider.create.__qualname__ != "mutant_provider.<locals>.create":
-        raise Unknown(f"its provider creates memories its own way ({provider.create.__qualname__})")
-    for field in dataclasses.fields(provider):
-        name = field.name
-        if name not in ("name", "create") and getattr(provider, name) != getattr(
-            reference_provider, name
-        ):
-            raise Unknown(f"its provider's {name} is not the reference's")
-    replaced: list[Any] = []
+    replaced, own = _provider_changes(module.provider)
     after = snapshot()
     for where, attributes in after.items():
         old = before.get(where)
@@ -237,7 +294,7 @@ def footprint(module: types.ModuleType, before: Snapshot) -> set[str]:
                 raise Unknown(f"{'.'.join(filter(None, where))}.{name} appeared on import")
             if value is not old[name] and name not in _PLAIN:
                 replaced += _functions(old[name])
-    for cls in _owned_classes(module, [provider.create]):
+    for cls in _owned_classes(module, own):
         if not any(_is_reference(base) for base in cls.__mro__):
             continue  # the mutant's own kind of object, reached only through what it replaces
         for name in vars(cls):
@@ -250,12 +307,12 @@ def footprint(module: types.ModuleType, before: Snapshot) -> set[str]:
             elif owners:
                 # Replaces what the reference inherits from Python (``__eq__``, say).
                 raise Unknown(f"{cls.__qualname__}.{name} replaces {owners[0]!r}'s")
-            elif not isinstance(
+            elif name in _names_read() and not isinstance(
                 vars(cls)[name], types.FunctionType | staticmethod | classmethod | property
             ):
-                # Data the reference may read (``getattr`` with a default, an instance
-                # attribute's class-level fallback).
-                raise Unknown(f"{cls.__qualname__}.{name} is data of its own")
+                # Data the reference or the kit may read (``getattr`` with a default, an
+                # instance attribute's class-level fallback).
+                raise Unknown(f"{cls.__qualname__}.{name} is data of its own, by a name read")
             # Else a function of the mutant's own, reached only through what it replaces.
     return {code_key(function.__code__) for function in replaced}
 

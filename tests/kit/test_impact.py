@@ -87,9 +87,9 @@ def test_a_footprint_is_the_reference_functions_the_mutant_replaces() -> None:
             "import reference_impl.schema as s\ns.STEP_TURNS = 1\n",
             "is not a function of reference_impl",
         ),
-        (  # data the reference's own class does not have
+        (  # data under a name the reference reads (an instance attribute of its own)
             "class M(DefaultShortTermMemory):\n    _closed = True\n",
-            "M._closed is data of its own",
+            "M._closed is data of its own, by a name read",
         ),
         (  # a special method the reference takes from Python
             "class M(DefaultShortTermMemory):\n    def __eq__(self, other):\n        return True\n",
@@ -113,14 +113,44 @@ def test_a_change_the_record_cannot_follow_runs_every_check(
     assert isinstance(found, str) and found.startswith("unknown: ") and why in found, found
 
 
-@pytest.mark.parametrize(
-    ("mutant", "why"),
-    [
-        ("key002_user_id_lowercased", "its provider's storage_key is not the reference's"),
-        ("key004_two_level_paths_only", "its provider creates memories its own way"),
-        ("con002_blind_writes", "its provider creates memories its own way"),
-    ],
-)
-def test_a_provider_other_than_the_reference_s_runs_every_check(mutant: str, why: str) -> None:
-    found = footprints(f"stm_mutants.{mutant}")[f"stm_mutants.{mutant}"]
-    assert isinstance(found, str) and why in found, found
+def test_a_provider_field_counts_as_what_the_kit_calls_it_through() -> None:
+    found = footprints(
+        "stm_mutants.key002_user_id_lowercased",  # a storage key; the reference has none
+        "stm_mutants.key004_two_level_paths_only",  # a key resolver of its own
+        "stm_mutants.key003_no_context_checked_first",  # the same, in its module
+    )
+    assert _names(found["stm_mutants.key002_user_id_lowercased"]) == ["Provider.key_for_storage"]
+    storage = found["stm_mutants.key002_user_id_lowercased"]
+    assert isinstance(storage, list) and storage[0].startswith("<kit>/provider.py:")
+    for resolver in ("key004_two_level_paths_only", "key003_no_context_checked_first"):
+        assert found[f"stm_mutants.{resolver}"] == [
+            key for key in found[f"stm_mutants.{resolver}"] if key.startswith("provider.py:")
+        ]
+        assert _names(found[f"stm_mutants.{resolver}"]) == ["_resolve_key"]
+
+
+def test_a_provider_that_creates_memories_its_own_way_runs_every_check() -> None:
+    found = footprints("stm_mutants.con002_blind_writes")["stm_mutants.con002_blind_writes"]
+    assert isinstance(found, str) and "its provider creates memories its own way" in found, found
+
+
+def test_data_under_a_name_nothing_else_reads_is_the_mutant_s_own(tmp_path: Path) -> None:
+    (tmp_path / "own_data.py").write_text(
+        textwrap.dedent(
+            """
+            from reference_impl.memory import DefaultShortTermMemory
+            from stm_mutants import mutant_provider
+
+            class M(DefaultShortTermMemory):
+                _hydrated_times = 0  # read by its own hydrate alone
+
+                async def hydrate(self, *args, **kwargs):
+                    type(self)._hydrated_times += 1
+                    return await super().hydrate(*args, **kwargs)
+
+            provider = mutant_provider("own-data", M)
+            """
+        )
+    )
+    found = footprints("own_data", path=tmp_path)["own_data"]
+    assert _names(found) == ["DefaultShortTermMemory.hydrate"]

@@ -196,6 +196,8 @@ def test_the_record_of_the_reference_covers_every_check(
     assert set(record["not_passed"]) <= checks
     called = [keys for node, keys in record["checks"].items() if "test_differential" in node]
     assert all(any("DefaultShortTermMemory.add_turn" in key for key in keys) for keys in called)
+    doors = {node for node, keys in record["checks"].items() if any("<kit>/" in k for k in keys)}
+    assert any("test_key.py" in node for node in doors), "the kit's door to storage keys"
 
 
 #: Mutants whose runs select part of the suite, each run a second time against every check:
@@ -205,6 +207,8 @@ CROSS_CHECKED = (
     "wm002_turn_too_long_to_show_dropped",
     "bud003_blank_turns_not_counted_in_window",
     "cb004_degrade_alert_awaited_by_worker",
+    "key002_user_id_lowercased",  # a storage key, reached through the kit's door to it
+    "wm005_healthy_backlog_loaded_after_pending",  # data of its own, by a name nothing reads
 )
 
 

@@ -20,8 +20,10 @@ one small, marked change (``# MUTATION``). Each module exposes
 ``tests/kit/test_mutants.py`` requires the suite to report ``BREAKS`` as failed and nothing
 outside ``BREAKS`` and ``COLLATERAL``. A mutant's run there runs only the checks that call a
 function of the reference it replaces (``tests/kit/stm_impact.py``): a change made as
-functions (overrides, ``_util``'s helpers) keeps the run short, while data of its own on a
-reference subclass, a replaced constant or a provider of its own makes it run every check.
+functions (overrides, ``_util``'s helpers, a key resolver or storage key given to the
+provider) keeps the run short, while data on a reference subclass under a name the
+reference or the kit reads, a replaced constant or a provider that creates memories its
+own way makes it run every check.
 
 Importing a mutant changes nothing for any other memory: the meta-tests import every
 mutant in the processes that also run the reference's own tests. A mutant that replaces a
