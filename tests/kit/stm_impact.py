@@ -267,12 +267,10 @@ def _provider_changes(provider: Provider) -> tuple[list[Any], list[Any]]:
             own.append(ours)  # the reference's create, making the mutant's memory class
         elif name == "create":
             raise Unknown(f"its provider creates memories its own way ({ours.__qualname__})")
-        elif not isinstance(ours, types.FunctionType):
-            raise Unknown(f"its provider's {name} is not the reference's")
-        elif theirs is None and name in _DOORS:
+        elif isinstance(ours, types.FunctionType) and theirs is None and name in _DOORS:
             replaced.append(_DOORS[name])
             own.append(ours)
-        elif isinstance(theirs, types.FunctionType) and _is_reference(theirs):
+        elif isinstance(ours, types.FunctionType) and _is_reference(theirs):
             replaced += _functions(theirs)
             own.append(ours)
         else:
@@ -307,8 +305,11 @@ def footprint(module: types.ModuleType, before: Snapshot) -> set[str]:
             elif owners:
                 # Replaces what the reference inherits from Python (``__eq__``, say).
                 raise Unknown(f"{cls.__qualname__}.{name} replaces {owners[0]!r}'s")
-            elif name in _names_read() and not isinstance(
-                vars(cls)[name], types.FunctionType | staticmethod | classmethod | property
+            elif (
+                not isinstance(
+                    vars(cls)[name], types.FunctionType | staticmethod | classmethod | property
+                )
+                and name in _names_read()  # read from source: only for data
             ):
                 # Data the reference or the kit may read (``getattr`` with a default, an
                 # instance attribute's class-level fallback).
