@@ -872,8 +872,12 @@ async def test_a_summary_of_exactly_summary_max_tokens_is_installed(make_memory)
 @cap("truncation")
 async def test_error_policy_accepts_a_view_of_exactly_the_limit(make_memory, stm_provider):
     """``error`` raises when the view *would exceed* ``total_max_tokens``: a view of exactly
-    the limit is accepted, one token more is refused; with no limit (0) nothing is."""
-    first, second = turn(0, pad=30), turn(1, pad=30)
+    the limit is accepted, one token more is refused; with no limit (0) nothing is. The
+    second turn's text is mostly characters JSON escapes (a quote, a backslash, a line end,
+    a tab, a control character): the view shows them escaped, and so measures them."""
+    escaped = '"\\\n\t\x01' * 6  # 30 characters, 84 once escaped
+    first = turn(0, pad=30)
+    second = ConversationTurn(user_message=f"u1{escaped}", assistant_response="a1")
 
     def size(turns: list[Any]) -> int:
         recent = [turn_json(t) for t in turns]

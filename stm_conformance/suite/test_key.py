@@ -49,6 +49,10 @@ ADVERSARIAL_KEYS = {
     "leading-space": (("t", " u", "s"), ("t", "u", "s")),
     "tab-twins": (("t", "u\t", "\ts"), ("t", "u", "s")),
     "blank-vs-empty": (("t", " ", "s"), ("t", "", "s")),
+    # A placeholder written for an empty part (some stores refuse empty path segments),
+    # not escaped where it is a part of its own.
+    "empty-placeholder-twins": (("t", "", "s"), ("t", "_", "s")),
+    "empty-tenant-placeholder-twins": (("", "u", "s"), ("-", "u", "s")),
     # A backslash escape that does not escape itself: "u\\" + ":" + "x:s" reads as
     # "u:x\\" + ":" + "s" once both separators are escaped.
     "backslash-escape-twin": (("t", "u\\", "x:s"), ("t", "u:x\\", "s")),
@@ -248,6 +252,40 @@ async def test_from_dict_refuses_another_keys_state(make_memory, other):
     assert await memory_view(twin) == await memory_view(a), (
         "KEY-007: a state was not loaded into a memory of the key it records"
     )
+
+
+@scenario("direction:accept", "direction:reject")
+@req("KEY-007")
+@cap("serialization")
+@pytest.mark.stm_capability("truncation")
+@pytest.mark.parametrize(
+    "name", ["separator-moves", "escape-twin", "empty-parts-shift", "backslash-escape-twin"]
+)
+async def test_from_dict_refuses_the_state_of_a_key_that_spells_alike(make_memory, name):
+    """Keys whose parts, joined or escaped carelessly, spell the same text (KEY-002's
+    twins) are other keys: each refuses the other's state, and takes its own."""
+    cfg = config("truncation", full_zone_turns=3)
+    keys = _pair(name)
+    memories = [await make_memory(cfg, key=key) for key in keys]
+    for i, memory in enumerate(memories):
+        await memory.add_turn(turn(i, pad=5))
+    for here, there in ((0, 1), (1, 0)):
+        own, other, memory = keys[here], keys[there], memories[here]
+        before = await memory_view(memory)
+        try:
+            memory.from_dict(memories[there].to_dict())
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(
+                f"KEY-007: from_dict loaded the state of {other!r} into the memory of {own!r}"
+            )
+        assert await memory_view(memory) == before, "KEY-007: a refused load changed the memory"
+        twin = await make_memory(cfg, key=MemoryKey(**own.as_dict()))
+        twin.from_dict(memory.to_dict())
+        assert await memory_view(twin) == before, (
+            f"KEY-007: the state of {own!r} was not loaded into a memory of that key"
+        )
 
 
 @req("KEY-007")
@@ -456,8 +494,8 @@ def test_defaults_only_with_a_session(stm_provider, session):
 @req("KEY-005")
 @cap("key_resolution")
 def test_parts_are_stripped_strings_or_integers(stm_provider):
-    """Surrounding whitespace is not part of a key part, an integer names the part by its
-    digits, and a blank tenant or user takes its default."""
+    """Surrounding whitespace is not part of a key part, an integer (0 included) names the
+    part by its digits, and a blank tenant or user takes its default."""
     resolve = _resolver(stm_provider)
     iso = MemoryIsolation(require_explicit_key=True)
     blank = {"tenant_id": "\u3000", "user_id": "", "session_id": "\u00a0s\u2028"}
@@ -468,6 +506,8 @@ def test_parts_are_stripped_strings_or_integers(stm_provider):
             ("acme", "ann", "c9"),
         ),
         ({"tenant_id": 7, "user_id": 0, "session_id": 42}, ("7", "0", "42")),
+        # 0 is falsy: a resolver that tests the raw value for "no session" drops it.
+        ({"tenant_id": 0, "user_id": 0, "session_id": 0}, ("0", "0", "0")),
         (blank, ("default", "anonymous", "s")),
         (unicode, ("default", "anonymous", "séssion-🦜")),
     ]

@@ -500,6 +500,9 @@ def _malformed_variants(valid: dict[str, Any]) -> dict[str, dict[str, Any]]:
         found[f"{field} = -1"] = edited(lambda s, f=field: s.__setitem__(f, -1))
     if valid["health"] == "healthy":
         found["failed calls counted while HEALTHY"] = edited(lambda s: s.__setitem__("failures", 2))
+        found["no failed call counted while in RETRY"] = edited(
+            lambda s: s.update(health="retry", failures=0)
+        )
     ordered = [(n, i) for n in ("backlog", "pending", "turns") for i in range(len(valid[n]))]
     seqs = [valid[n][i]["seq"] for n, i in ordered]
     (first, i0), (second, i1) = ordered[0], ordered[1]
@@ -544,9 +547,11 @@ def _malformed_variants(valid: dict[str, Any]) -> dict[str, dict[str, Any]]:
 async def test_a_state_its_format_cannot_hold_is_refused(make_memory, scripted_summarizer):
     """A field the format does not define is malformed in any format: a loader that ignored
     it would drop it at the next save. In the reference format (version 2) so are a
-    negative count and turn numbers (``seq``) that do not rise from the backlog through
-    pending to the turns, above ``summarized_through`` and below ``next_seq``: loaded, they
-    would cover a turn that was never summarized or number two turns alike. Each is refused
+    negative count, failed calls counted while HEALTHY or none in RETRY, and turn numbers
+    (``seq``) that do not rise from the backlog through pending to the turns, above
+    ``summarized_through`` and below ``next_seq``: loaded, they would give a memory retries
+    it was not configured with, cover a turn that was never summarized or number two turns
+    alike. Each is refused
     with ``ValueError``, the memory unchanged, and the state it was made from still loads."""
     memory = await make_memory(config(full_zone_turns=2), summarizer=scripted_summarizer)
     scripted_summarizer.hold()  # the evicted turns stay pending
@@ -656,14 +661,17 @@ async def test_turns_loaded_into_a_memory_without_digests_render_without(make_me
 @cap("truncation")
 async def test_round_trip_keeps_turn_text_verbatim(make_memory):
     """Line ends of every kind (``\r\n``, a lone ``\r``, U+2028), tabs, surrounding
-    spaces and characters Unicode normalization would change (a decomposed accent, a
-    ligature) are the turn's text: ``from_dict(to_dict())`` shows them as they were."""
+    spaces, control characters (NUL too) and characters Unicode normalization would change
+    (a decomposed accent, a ligature) are the turn's text: ``from_dict(to_dict())`` shows
+    them as they were."""
     texts = [
         "line\r\nnext",
         "old mac\rline",
         " padded\t",
         "sep\u2028arated\u2029",
         "cafe\u0301 \ufb01le",
+        # Control characters, NUL too (which some databases refuse in text).
+        "nul\x00byte \x1b[0m\x7f",
     ]
     cfg, key = config("truncation", full_zone_turns=len(texts)), MemoryKey("t", "u", "text")
     memory = await make_memory(cfg, key=key)
@@ -686,12 +694,14 @@ async def test_round_trip_keeps_turn_text_verbatim(make_memory):
         " \tRésumé: the user asked about refunds 🦜\n",
         "\n\n  \uff33\uff35\uff2d\u2028 ok \r\n ",
         "x ",
+        "  ",
     ],
-    ids=["spaces-and-newline", "blank-lines", "trailing-space"],
+    ids=["spaces-and-newline", "blank-lines", "trailing-space", "whitespace-only"],
 )
 async def test_round_trip_keeps_the_summary_verbatim(make_memory, summary):
     """The summary is the summarizer's text as it came, its leading and trailing
-    whitespace too: ``from_dict(to_dict())`` shows the same view and counts the same tokens."""
+    whitespace too, and text of whitespace only is not empty: the view shows it, and
+    ``from_dict(to_dict())`` shows the same view and counts the same tokens."""
 
     async def summarizer(payload: Any) -> dict[str, str]:
         return {"summary": summary}

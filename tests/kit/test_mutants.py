@@ -203,7 +203,7 @@ def test_the_record_of_the_reference_covers_every_check(
 #: Mutants whose runs select part of the suite, each run a second time against every check:
 #: a change reached in the full run only (through a path the record missed) shows here.
 CROSS_CHECKED = (
-    "ser005_hydrate_skips_turnless_record",  # 43 of 361 checks
+    "ser005_hydrate_skips_turnless_record",  # 43 of 370 checks
     "wm002_turn_too_long_to_show_dropped",
     "bud003_blank_turns_not_counted_in_window",
     "cb004_degrade_alert_awaited_by_worker",
