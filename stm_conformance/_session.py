@@ -23,7 +23,7 @@ import pytest
 from . import __version__, _deadline, scenarios
 from ._determinism import apply_profile, choose_profile, choose_seed, seed_check
 from .capabilities import CAPABILITIES, skip_reason, undeclared
-from .plugin import SUITE_DIR, apply_ini_options, suite_selected
+from .plugin import FROM_INI, SUITE_DIR, apply_ini_options, suite_selected
 from .provider import Provider, ProviderError, load_provider
 from .report import (
     PROP_BLAMED,
@@ -158,6 +158,8 @@ class SessionPlugin:
         self.required: LevelResult | None = None
         #: A configuration error found on a pytest-xdist worker, reported at the end.
         self.usage_error: str | None = None
+        #: False once writing ``--stm-report`` failed.
+        self.report_written = True
         #: Whether this run froze the collector's generations (undone at the end).
         self._unfreeze = False
 
@@ -230,9 +232,11 @@ class SessionPlugin:
         """Skip checks of undeclared capabilities, apply expected failures, tag for JUnit."""
         declared = self.backend.provider.capabilities
         used: set[XfailEntry] = set()
+        checks = 0
         for item in items:
             if not _is_check(item):
                 continue
+            checks += 1
             requirements = _marker_args(item, "stm_requirement")
             probe = next(iter(_marker_args(item, "stm_probe")), None)
             capabilities = _marker_args(item, "stm_capability")
@@ -262,7 +266,7 @@ class SessionPlugin:
                     problem,
                 )
             )
-        if self.warns:
+        if self.warns and (checks or not self._from_ini("stm_xfail")):
             self._warn_unused([entry for entry in self.xfails if entry not in used])
 
     def _warn_unused(self, unused: list[XfailEntry]) -> None:
@@ -425,7 +429,7 @@ class SessionPlugin:
         self.required = self._required_level()
         if self.required is not None and not self.required.reached and exitstatus == 0:
             session.exitstatus = exitstatus = pytest.ExitCode.TESTS_FAILED
-        path = self.config.getoption("stm_report", None)
+        path = self._report_path()
         if path:
             document = self.results.as_json(
                 self.run,
@@ -433,22 +437,37 @@ class SessionPlugin:
                 exit_status=int(exitstatus),
                 finished=dt.datetime.now(dt.UTC),
             )
-            Path(path).write_text(
-                json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-            )
+            text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)  # as --junitxml does
+                Path(path).write_text(text, encoding="utf-8")
+            except OSError as exc:
+                # The run's results are still printed; its exit status says the report is not.
+                self.usage_error = f"--stm-report: cannot write {path}: {exc.strerror or exc}"
+                self.report_written = False
+                session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.usage_error is not None:
+        if self.usage_error is not None and self.report_written:
             terminalreporter.write_line(f"ERROR: {self.usage_error}", red=True)
-        if self.is_worker or not self.results.checks:
+        if self.is_worker:
+            return
+        required = self.required
+        if not self.results.checks:
+            if required is not None:  # asked for on the command line: fail loudly
+                terminalreporter.write_line(
+                    f"FAILED: required level {required.name} not reached: no conformance "
+                    "check ran (add --stm-suite to run the suite)",
+                    red=True,
+                )
             return
         terminalreporter.section("stm conformance")
         for line in self.results.terminal_lines(self.run, complete=self.complete):
             terminalreporter.write_line(line)
-        path = self.config.getoption("stm_report", None)
-        if path:
-            terminalreporter.write_line(f"report written to {path}")
-        required = self.required
+        if not self.report_written:  # where its path would be, after the results
+            terminalreporter.write_line(f"ERROR: {self.usage_error}", red=True)
+        elif self._report_path():
+            terminalreporter.write_line(f"report written to {self._report_path()}")
         if required is not None:
             if required.reached:
                 terminalreporter.write_line(f"required level {required.name} reached", green=True)
@@ -458,10 +477,21 @@ class SessionPlugin:
                     red=True,
                 )
 
+    def _from_ini(self, name: str) -> bool:
+        """Whether option ``name`` came from the ini file, which sets it for runs of checks
+        only: plain ``pytest`` in a backend's repository runs its own tests, none a check."""
+        return name in self.config.stash.get(FROM_INI, frozenset())
+
+    def _report_path(self) -> str | None:
+        path: str | None = self.config.getoption("stm_report", None)
+        if not self.results.checks and self._from_ini("stm_report"):
+            return None
+        return path
+
     def _required_level(self) -> LevelResult | None:
         """The level ``--stm-require-level`` names, as this run reached it or not."""
         name = self.config.getoption("stm_require_level", None)
-        if not name:
+        if not name or (not self.results.checks and self._from_ini("stm_require_level")):
             return None
         levels = self.results.levels(complete=self.complete, declared=self.run.declared)
         return next(level for level in levels if level.name == name)

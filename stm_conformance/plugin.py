@@ -44,6 +44,8 @@ SUITE_DIR = Path(__file__).resolve().parent / "suite"
 #: ``--stm-timeout`` when neither the command line nor the ini file sets it.
 DEFAULT_TIMEOUT = 30.0
 _SUITE_MODULE = "stm_conformance.suite"
+#: The options ``apply_ini_options`` took from the ini file (not from the command line).
+FROM_INI = pytest.StashKey[frozenset[str]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -212,23 +214,31 @@ def apply_ini_options(config: pytest.Config) -> None:
     """Fill ``--stm-report``, ``--stm-xfail``, ``--stm-require-level``, ``--stm-timeout`` and
     ``--stm-patience`` from the ini file.
 
-    The command line wins; paths in the ini file are relative to the rootdir.
+    The command line wins; paths in the ini file are relative to the rootdir. Which of
+    the report, expected failures and level came from the ini file is kept under
+    :data:`FROM_INI`: they are for runs that have checks, not for a backend repository's
+    plain ``pytest`` of its own tests.
     """
+    from_ini = set()
     for name in ("stm_report", "stm_xfail"):
         value = _ini(config, name)
         if value and not getattr(config.option, name, None):
             setattr(config.option, name, str(config.rootpath / value))
+            from_ini.add(name)
     from .capabilities import LEVELS  # not at import: an inert plugin imports nothing
 
     level = getattr(config.option, "stm_require_level", None)
     source = "--stm-require-level"
     if not level:
         level, source = _ini(config, "stm_require_level") or None, "ini option stm_require_level"
+        if level is not None:
+            from_ini.add("stm_require_level")
     if level is not None and level not in LEVELS:
         raise pytest.UsageError(
             f"stm_conformance: {source}: {level!r} is not a level (one of {', '.join(LEVELS)})"
         )
     config.option.stm_require_level = level
+    config.stash[FROM_INI] = frozenset(from_ini)
     _number_from_ini(config, "stm_timeout", _parse_timeout, DEFAULT_TIMEOUT)
     _number_from_ini(config, "stm_patience", _parse_patience, 1.0)
     from ._patience import set_factor

@@ -16,6 +16,24 @@ def test_schema_is_a_valid_draft_2020_12_schema() -> None:
     jsonschema.Draft202012Validator.check_schema(schema)
 
 
+def test_the_report_s_directory_is_made_and_a_report_that_cannot_be_written_is_an_error(
+    run_pytest: RunPytest, pytester: pytest.Pytester
+) -> None:
+    """As with ``--junitxml``, missing directories are made. A report that cannot be
+    written (its directory is a file) is a usage error at the end of the run, one line
+    after the run's results, not a traceback."""
+    result = run_pytest("--stm-backend=reference", *PROBES, "--stm-report=out/new/r.json")
+    assert result.ret == 0
+    validate_report(load_json(pytester.path / "out" / "new" / "r.json"))
+    (pytester.path / "blocker").write_text("a file, not a directory")
+    result = run_pytest("--stm-backend=reference", *PROBES, "--stm-report=blocker/r.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(
+        ["*= stm conformance =*", "ERROR: --stm-report: cannot write *blocker/r.json: *"]
+    )
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
 def test_report_of_a_real_run_validates_and_says_what_ran(
     run_pytest: RunPytest, pytester: pytest.Pytester
 ) -> None:

@@ -130,3 +130,29 @@ def test_a_local_file_of_the_same_name_wins_over_the_suite(
     result = run_pytest("--stm-backend=reference", "test_budget.py", "-v")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["test_budget.py::test_own PASSED*"])
+
+
+def test_ini_report_level_and_expected_failures_are_for_runs_of_checks(
+    project: pytest.Pytester, run_pytest: RunPytest
+) -> None:
+    """A backend repository's ini file may set what its runs of the suite write and
+    require; plain ``pytest`` there runs its own tests, which are no checks: it writes no
+    report, requires no level and finds no expected failure unused, even under
+    ``-W error``. The same level asked for on the command line fails the run."""
+    (project.path / "xfail.toml").write_text(
+        '["WM-003"]\nreason = "tracked upstream"\ncategory = "known_bug"\n'
+    )
+    project.makeini(
+        "[pytest]\ntestpaths = tests\nstm_backend = reference\nstm_report = stm-report.json\n"
+        "stm_require_level = Durable\nstm_xfail = xfail.toml\n"
+    )
+    result = run_pytest("-W", "error")
+    result.assert_outcomes(passed=1)
+    assert result.ret == 0, result.stdout.str()
+    assert not (project.path / "stm-report.json").exists()
+    result = run_pytest("--stm-require-level=Core")
+    result.assert_outcomes(passed=1)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        ["FAILED: required level Core not reached: no conformance check ran (add --stm-suite*"]
+    )
