@@ -22,7 +22,8 @@ __all__ = ["CallbackError", "FailureMode", "RecordingCallbacks", "ScriptedSummar
 
 #: How a scripted call fails: ``raise`` (``RuntimeError``), ``string`` (the summary text alone,
 #: not in a mapping), ``not_mapping`` (returns a list),
-#: ``no_summary`` (``{"text": ...}``), ``non_string`` (``{"summary": 123}``), ``oversize``
+#: ``no_summary`` (``{"text": ...}``), ``non_string`` (``{"summary": 123}``), ``bytes``
+#: (``{"summary": b"..."}``: the text encoded, which no decoding may make a summary), ``oversize``
 #: (a summary of ``oversize_chars`` characters), ``attribute`` (an object that is no mapping
 #: but has a valid ``summary`` attribute, like an LLM client's response object), ``cancel``
 #: (raises ``CancelledError`` itself, as a client library may when its own request is
@@ -34,6 +35,7 @@ FailureMode = Literal[
     "not_mapping",
     "no_summary",
     "non_string",
+    "bytes",
     "oversize",
     "attribute",
     "cancel",
@@ -249,6 +251,8 @@ class ScriptedSummarizer:
             return {"text": "a reply without a summary key"}
         if mode == "non_string":
             return {"summary": 123}
+        if mode == "bytes":
+            return {"summary": self.summary_for(payload).encode()}
         if mode == "oversize":
             return {"summary": "x" * self.oversize_chars}
         if mode == "attribute":

@@ -924,6 +924,42 @@ async def test_error_policy_accepts_a_view_of_exactly_the_limit(make_memory, stm
         raise AssertionError(f"BUD-006: total_max_tokens=0 sets no limit, yet: {exc}") from exc
 
 
+@scenario("direction:accept", "direction:reject")
+@req("BUD-006")
+@cap("truncation")
+async def test_error_policy_measures_turns_added_at_once_one_after_another(
+    make_memory, stm_provider
+):
+    """Five turns added at once where three fit: each is measured against the view the
+    ones before it left, so three are stored and two refused, and the view stays within
+    ``total_max_tokens``. A memory that measures, yields, then stores admits them all."""
+    turns = [turn(i, pad=30) for i in range(5)]
+    three = canonical_json(
+        {"conversation_memory": {"recent_turns": [turn_json(t) for t in turns[:3]]}}
+    )
+    limit = default_token_estimator(three)
+    cfg = config(
+        "truncation",
+        full_zone_turns=5,
+        total_max_tokens=limit,
+        summary_max_tokens=1,
+        overflow_policy="error",
+    )
+    memory = await make_memory(cfg)
+    outcomes = await asyncio.gather(*(memory.add_turn(t) for t in turns), return_exceptions=True)
+    refused = [o for o in outcomes if isinstance(o, stm_provider.budget_exceeded_error)]
+    other = [o for o in outcomes if isinstance(o, BaseException) and o not in refused]
+    if other:
+        raise other[0]
+    shown = len((await memory_view(memory))["recent_turns"])
+    tokens = memory.estimate_tokens()
+    assert len(refused) == 2 and shown == 3 and tokens <= limit, (
+        f"BUD-006: of five turns added at once, three of which fit total_max_tokens={limit}, "
+        f"{5 - len(refused)} were accepted and {len(refused)} refused; the view shows {shown} "
+        f"turns, {tokens} tokens"
+    )
+
+
 @scenario("direction:reject", "bound:upper")
 @req("BUD-007", "HLT-007")
 @cap("rolling_summary")

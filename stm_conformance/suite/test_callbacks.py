@@ -357,6 +357,30 @@ async def test_health_changes_once_each_in_order(
 
 @req("CB-003")
 @pytest.mark.stm_capability("rolling_summary")
+async def test_with_no_retries_a_failure_is_one_transition(
+    make_memory, scripted_summarizer, recording_callbacks
+):
+    """With ``retry_attempts=0`` the first failure degrades the memory: HEALTHY ->
+    DEGRADED is the one transition, with no RETRY reported on the way."""
+    cfg = config(full_zone_turns=1, retry_attempts=0, **recording_callbacks.config_kwargs())
+    memory = await make_memory(cfg, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_always("raise")
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))
+    await eventually(
+        lambda: memory.health.value == "degraded",
+        what="HLT-004: DEGRADED once the one attempt failed (precondition)",
+    )
+    await recording_callbacks.wait_for("health", 1)
+    await recording_callbacks.settle()
+    assert recording_callbacks.health == [("healthy", "degraded")], (
+        f"CB-003: with retry_attempts=0 the health changes reported are "
+        f"{recording_callbacks.health}, not the one transition [('healthy', 'degraded')]"
+    )
+
+
+@req("CB-003")
+@pytest.mark.stm_capability("rolling_summary")
 async def test_health_changes_queued_behind_a_slow_callback_keep_their_order(
     make_memory, scripted_summarizer
 ):

@@ -35,8 +35,8 @@ req = pytest.mark.stm_requirement
 scenario = pytest.mark.stm_scenario
 
 INVALID_MODES = [
-    "raise", "string", "not_mapping", "no_summary", "non_string", "oversize", "attribute",
-    "base_exception", "hang",
+    "raise", "string", "not_mapping", "no_summary", "non_string", "bytes", "oversize",
+    "attribute", "base_exception", "hang",
 ]  # fmt: skip
 
 
@@ -438,7 +438,8 @@ async def test_a_backlog_limit_of_zero_keeps_no_turn_and_counts_each(
 @pytest.mark.stm_capability("serialization")
 async def test_pending_turns_cut_when_degrading_are_counted(make_memory, scripted_summarizer):
     """Five turns pending when the last attempt fails move to a backlog of 2: the three
-    oldest are dropped on the way in, and counted like any other drop."""
+    oldest are dropped on the way in, and counted like any other drop; the two newest
+    are kept."""
     cfg = config(full_zone_turns=1, retry_attempts=0, recovery_backlog_limit=2)
     memory = await make_memory(cfg, summarizer=scripted_summarizer)
     scripted_summarizer.fail_next(1, mode="raise")
@@ -455,11 +456,18 @@ async def test_pending_turns_cut_when_degrading_are_counted(make_memory, scripte
         lambda: memory.health.value in ("degraded", "recovering"),
         what="HLT-004: DEGRADED (precondition)",
     )
-    dropped = memory.to_dict().get("dropped_turns")
+    state = memory.to_dict()
+    dropped = state.get("dropped_turns")
     assert dropped == 3, (
         f"HLT-005: 5 pending turns moved to a backlog of {cfg.recovery_backlog_limit} when "
         f"the memory degraded: dropped_turns={dropped}, want 3"
     )
+    if state.get("version") == 2:  # the reference format names the turns it keeps
+        kept = [record.get("user_message") for record in state.get("backlog") or []]
+        assert kept == ["u3", "u4"], (
+            f"HLT-005: the backlog of {cfg.recovery_backlog_limit} kept {kept}; the oldest "
+            "are dropped first, so it keeps the newest, ['u3', 'u4']"
+        )
 
 
 @req("HLT-005")

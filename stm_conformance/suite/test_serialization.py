@@ -100,8 +100,9 @@ async def _drive(memory: Any, summarizer: ScriptedSummarizer, ops: list[str]) ->
 @pytest.mark.stm_capability("rolling_summary")
 async def test_to_dict_is_versioned_json(make_memory, scripted_summarizer):
     """JSON as it is, with no help from ``json.dumps``: also once turns that name
-    themselves (``turn_id``) have been covered by a summary, failed a call and left. A
-    state labelled version 2 has the fields of that format and no other."""
+    themselves (``turn_id``) have been covered by a summary, failed a call and left, and
+    of a DEGRADED memory. A state labelled version 2 has the fields of that format and no
+    other."""
     memory = await make_memory(config(full_zone_turns=1), summarizer=scripted_summarizer)
     await memory.add_turn(turn(1, digest=True))
     await memory.add_turn(turn(2))
@@ -114,6 +115,17 @@ async def test_to_dict_is_versioned_json(make_memory, scripted_summarizer):
     states["after a failed call, with turn ids"] = memory.to_dict()
     await memory.flush()
     states["once the named turns are summarized"] = memory.to_dict()
+    # A DEGRADED memory holds what the others do not: a backlog, dropped turns.
+    failing = ScriptedSummarizer()
+    failing.fail_always("raise")
+    cfg = config(full_zone_turns=1, retry_attempts=0, recovery_backlog_limit=1)
+    degraded = await make_memory(cfg, summarizer=failing)
+    for i in range(4):
+        await degraded.add_turn(turn(i))
+    await eventually(
+        lambda: degraded.health.value == "degraded", what="HLT-004: DEGRADED (precondition)"
+    )
+    states["degraded, with a backlog and dropped turns"] = degraded.to_dict()
     for when, state in states.items():
         try:
             text = json.dumps(state, allow_nan=False)
