@@ -10,7 +10,7 @@ import contextlib
 import importlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from .capabilities import CAPABILITIES
@@ -148,13 +148,29 @@ def load_provider(name: str) -> tuple[Provider, str]:
     if not name:
         raise ProviderError(_with_known("empty backend name"))
     if ":" in name:
-        target = name
-    else:
-        registered = registered_backends()
-        if name not in registered:
-            raise ProviderError(_with_known(f"unknown backend {name!r}"))
-        target = registered[name]
-    return _load_target(target), target
+        return _load_target(name), name
+    registered = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    if name not in registered:
+        raise ProviderError(_with_known(f"unknown backend {name!r}"))
+    target = registered[name].value
+    try:
+        return _load_target(target), target
+    except ProviderError as exc:
+        hint = _extra_hint(registered[name], exc)
+        if hint is None:
+            raise
+        raise ProviderError(f"{exc}; {hint}") from exc.__cause__
+
+
+def _extra_hint(entry_point: EntryPoint, exc: ProviderError) -> str | None:
+    """How to install what a registered backend misses, when the package that registers
+    it has an extra of the backend's name (``stm-conformance[fakeredis]``)."""
+    dist = entry_point.dist
+    if dist is None or not isinstance(exc.__cause__, ModuleNotFoundError):
+        return None
+    if entry_point.name not in (dist.metadata.get_all("Provides-Extra") or []):
+        return None
+    return f"the {entry_point.name} backend needs: pip install '{dist.name}[{entry_point.name}]'"
 
 
 def _load_target(target: str) -> Provider:

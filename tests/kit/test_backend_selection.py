@@ -104,6 +104,21 @@ def test_bad_names_raise_provider_error(name: str, message: str) -> None:
     assert excinfo.match(_glob(message))
 
 
+@pytest.mark.parametrize("name", ["fakeredis", "redis"])
+def test_a_bundled_backend_missing_its_client_names_the_extra_to_install(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the ``redis`` package, the Redis backends cannot import: the error says
+    which extra of the package that registers them brings it."""
+    import sys
+
+    for module in [m for m in sys.modules if m.split(".")[0] in ("redis", "stm_redis")]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setitem(sys.modules, "redis", None)  # importing it raises ModuleNotFoundError
+    with pytest.raises(ProviderError, match=rf"pip install 'stm-conformance\[{name}\]'"):
+        load_provider(name)
+
+
 def test_provider_rejects_unknown_capabilities() -> None:
     async def create(*args: object) -> None:
         return None
