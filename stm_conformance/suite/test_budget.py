@@ -720,9 +720,9 @@ async def test_error_policy_measures_the_turn_as_the_view_shows_it(
         assert await memory.get_llm_context() == before, "BUD-006: the view changed on error"
         return
     assert not include_digest, (
-        f"BUD-006: a turn whose digest takes the view to {memory.estimate_tokens()} tokens, "
-        f"over total_max_tokens={cfg.budget.total_max_tokens}, was accepted: its digest was "
-        "not measured"
+        f"BUD-006: a turn whose digest alone is over total_max_tokens="
+        f"{cfg.budget.total_max_tokens} was accepted while the view shows digests: its "
+        f"digest was not measured (the view now counts {memory.estimate_tokens()} tokens)"
     )
 
 
