@@ -471,6 +471,45 @@ async def test_pending_turns_cut_when_degrading_are_counted(make_memory, scripte
 
 
 @req("HLT-005")
+@pytest.mark.stm_capability("serialization")
+async def test_a_backlog_loaded_under_a_smaller_limit_counts_what_it_drops(make_memory):
+    """A DEGRADED state with a backlog of 5, loaded into a memory whose
+    ``recovery_backlog_limit`` is 2 (configured lower since it was saved): the backlog
+    keeps the two newest turns, and the three it drops are counted like any other drop."""
+    failing = ScriptedSummarizer()
+    failing.fail_always("raise")
+    cfg = config(full_zone_turns=1, retry_attempts=0, recovery_backlog_limit=5)
+    key = MemoryKey("t", "u", f"backlog-{uuid.uuid4().hex}")
+    source = await make_memory(cfg, key=key, summarizer=failing)
+    for i in range(6):  # u0's call fails: DEGRADED; u1..u4 join u0 in the backlog
+        await source.add_turn(turn(i))
+    await eventually(
+        lambda: source.health.value == "degraded", what="HLT-004: DEGRADED (precondition)"
+    )
+    state = json_state(source)
+    if state.get("version") != 2:  # only the reference format names its backlog
+        return
+    backlog = [record["user_message"] for record in state["backlog"]]
+    assert backlog == ["u0", "u1", "u2", "u3", "u4"] and state["dropped_turns"] == 0, (
+        f"HLT-005: a backlog of 5 holds {backlog}, dropped_turns={state['dropped_turns']} "
+        "(precondition)"
+    )
+    held = ScriptedSummarizer()
+    held.hold()
+    smaller = config(full_zone_turns=1, retry_attempts=0, recovery_backlog_limit=2)
+    memory = await make_memory(smaller, key=key, summarizer=held)
+    memory.from_dict(state)
+    loaded = memory.to_dict()
+    kept = [record.get("user_message") for record in loaded.get("backlog") or []]
+    assert kept == ["u3", "u4"] and loaded.get("dropped_turns") == 3, (
+        f"HLT-005: loaded under recovery_backlog_limit=2, the backlog of 5 keeps {kept} "
+        f"with dropped_turns={loaded.get('dropped_turns')}; the newest two are kept and "
+        "the three dropped are counted (3)"
+    )
+    held.release()
+
+
+@req("HLT-005")
 async def test_turns_dropped_while_a_recovery_attempt_holds_them_are_not_lost(
     make_memory, scripted_summarizer, stm_capabilities
 ):

@@ -741,11 +741,21 @@ async def test_round_trip_keeps_the_summary_verbatim(make_memory, summary):
 
 @req("SER-002")
 @cap("rolling_summary")
-async def test_a_summary_degraded_memory_does_not_show_survives_a_round_trip(make_memory):
+@pytest.mark.parametrize(
+    "restore",
+    [
+        pytest.param("from_dict"),
+        pytest.param("hydrate", marks=[req("SER-005"), cap("persistence")]),
+    ],
+)
+async def test_a_summary_degraded_memory_does_not_show_survives_a_round_trip(
+    make_memory, stm_provider, stm_store, restore
+):
     """A DEGRADED memory shows recent turns only (HLT-004), but it still has its summary:
-    the recovery is sent it as ``previous_summary``. A state saved then keeps it: the
-    restored memory's recovery is sent the summary a memory with the same history that
-    was never saved (the control) is sent, the one installed."""
+    the recovery is sent it as ``previous_summary``. A state saved then keeps it, through
+    ``to_dict``/``from_dict`` and through ``persist``/``hydrate``: the restored memory's
+    recovery is sent the summary a memory with the same history that was never saved (the
+    control) is sent, the one installed."""
     failing = False
 
     def recorder(payloads: list[Any]) -> Any:
@@ -786,7 +796,15 @@ async def test_a_summary_degraded_memory_does_not_show_survives_a_round_trip(mak
     restored = await make_memory(
         cfg, key=MemoryKey("t", "u", f"saved-{run}"), summarizer=recorder(sent["saved"])
     )
-    restored.from_dict(json_state(saved))
+    # Which state the restore reads: a summary to_dict() already lost is SER-002's fault
+    # either way; one lost only on the way through the store, SER-005's.
+    written = json_state(saved)
+    if restore == "from_dict":
+        restored.from_dict(written)
+    else:
+        where = stm_provider.key_for_storage(MemoryKey("t", "u", f"saved-{run}"))
+        await saved.persist(stm_store, where)
+        await restored.hydrate(stm_store, where)
     if hasattr(saved, "aclose"):
         await saved.aclose()  # only the restored memory recovers
     memories["saved"] = restored
@@ -808,8 +826,10 @@ async def test_a_summary_degraded_memory_does_not_show_survives_a_round_trip(mak
             f"{control!r}, not the summary installed, {installed['control']!r}"
         )
     got = sent["saved"][seen["saved"]].get("previous_summary")
+    in_state = written.get("summary", installed["saved"]) == installed["saved"]
+    rule = "SER-005" if restore == "hydrate" and in_state else "SER-002"
     assert got == installed["saved"], (
-        f"SER-002: the restored memory's recovery was sent previous_summary={got!r}; the "
+        f"{rule}: the memory restored by {restore} was sent previous_summary={got!r}; the "
         f"memory saved had {installed['saved']!r} installed (DEGRADED does not show it, but "
         f"keeps it, and the control memory's recovery was sent its own)"
     )

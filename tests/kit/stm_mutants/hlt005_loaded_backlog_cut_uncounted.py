@@ -20,7 +20,6 @@ from ._util import own_loads_only
 
 BREAKS = "HLT-005"
 COLLATERAL: dict[str, str] = {}
-GAP = "no check loads a DEGRADED state into a memory with a smaller recovery_backlog_limit"
 
 _degrade = watermark.degrade
 

@@ -21,10 +21,6 @@ from ._util import _on, _switch
 
 BREAKS = "SER-005"
 COLLATERAL: dict[str, str] = {}
-GAP = (
-    "the summary a DEGRADED memory keeps but does not show is checked through to_dict and "
-    "from_dict, not through persist and hydrate"
-)
 
 _dump_reusing = schema.dump_reusing
 
