@@ -122,6 +122,17 @@ class Provider:
                 f"Provider {self.name!r} declares unknown capabilities {unknown}; "
                 f"known: {', '.join(sorted(CAPABILITIES))}"
             )
+        # Refused here rather than found by a probe: the checks of these capabilities
+        # would fail (or be skipped) one by one, none saying what is missing.
+        for capability, field, value in (
+            ("key_resolution", "resolve_key", self.resolve_key),
+            ("shared_state", "create_peer", self.create_peer),
+        ):
+            if capability in self.capabilities and value is None:
+                raise ProviderError(
+                    f"Provider {self.name!r} declares {capability} but gives no {field}, "
+                    "which that capability's checks call"
+                )
 
 
 def registered_backends() -> dict[str, str]:

@@ -951,12 +951,17 @@ async def test_error_policy_measures_turns_added_at_once_one_after_another(
     other = [o for o in outcomes if isinstance(o, BaseException) and o not in refused]
     if other:
         raise other[0]
-    shown = len((await memory_view(memory))["recent_turns"])
-    tokens = memory.estimate_tokens()
-    assert len(refused) == 2 and shown == 3 and tokens <= limit, (
+    view = await memory_view(memory)
+    shown = len(view["recent_turns"])
+    if shown != 5 - len(refused):
+        raise AssertionError(
+            f"CON-001: of five turns added at once, {5 - len(refused)} were accepted but the "
+            f"view shows {shown}"
+        )
+    tokens = view_tokens(cfg, {"conversation_memory": view})  # as the spec counts them
+    assert len(refused) == 2 and tokens <= limit, (
         f"BUD-006: of five turns added at once, three of which fit total_max_tokens={limit}, "
-        f"{5 - len(refused)} were accepted and {len(refused)} refused; the view shows {shown} "
-        f"turns, {tokens} tokens"
+        f"{shown} were accepted and {len(refused)} refused: the view counts {tokens} tokens"
     )
 
 

@@ -371,6 +371,11 @@ async def test_with_no_retries_a_failure_is_one_transition(
         lambda: memory.health.value == "degraded",
         what="HLT-004: DEGRADED once the one attempt failed (precondition)",
     )
+    calls = len(scripted_summarizer.calls)
+    if calls != 1:  # it did retry: its transitions are HLT-004's to judge
+        raise PreconditionError(
+            f"HLT-004: with retry_attempts=0 the memory made {calls} calls before DEGRADED, not 1"
+        )
     await recording_callbacks.wait_for("health", 1)
     await recording_callbacks.settle()
     assert recording_callbacks.health == [("healthy", "degraded")], (

@@ -280,7 +280,9 @@ async def test_from_dict_refuses_the_state_of_a_key_that_spells_alike(make_memor
             raise AssertionError(
                 f"KEY-007: from_dict loaded the state of {other!r} into the memory of {own!r}"
             )
-        assert await memory_view(memory) == before, "KEY-007: a refused load changed the memory"
+        assert await memory_view(memory) == before, (
+            "SER-003: a refused load changed the memory (it must leave it untouched)"
+        )
         twin = await make_memory(cfg, key=MemoryKey(**own.as_dict()))
         twin.from_dict(memory.to_dict())
         assert await memory_view(twin) == before, (

@@ -6,7 +6,7 @@ import contextlib
 import dataclasses
 import json
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
@@ -950,18 +950,48 @@ async def test_a_loaded_oversize_summary_is_clipped_or_refused(make_memory, esti
         await _load_oversize_summary(make_memory, estimator, limit)
 
 
-async def _load_oversize_summary(make_memory: Any, estimator: Any, limit: int) -> None:
+@scenario("bound:upper")
+@req("BUD-002", "SER-004")
+@cap("rolling_summary")
+@cap("persistence")
+async def test_a_hydrated_oversize_summary_is_clipped_or_refused(
+    make_memory, stm_provider, stm_store
+):
+    """The same through ``hydrate``: a record in the store, written by a memory with a
+    larger ``summary_max_tokens``, is held to this memory's limit like a state given to
+    ``from_dict`` (refused, it is a logged warning and no change)."""
+    key = MemoryKey("t", "u", f"oversize-{uuid.uuid4().hex[:8]}")
+    where = stm_provider.key_for_storage(key)
+
+    async def hydrate(memory: Any, state: dict[str, Any]) -> None:
+        await stm_store.save_memory_state(where, state)
+        await memory.hydrate(stm_store, where)
+
+    await _load_oversize_summary(make_memory, None, 10, load=hydrate, key=key)
+
+
+async def _load_oversize_summary(
+    make_memory: Any,
+    estimator: Any,
+    limit: int,
+    *,
+    load: Callable[[Any, dict[str, Any]], Awaitable[None]] | None = None,
+    key: MemoryKey | None = None,
+) -> None:
     cfg = config(
         full_zone_turns=2, summary_max_tokens=limit, total_max_tokens=500, token_estimator=estimator
     )
     size = estimator or default_token_estimator
     summarizer = ScriptedSummarizer()
     summarizer.hold()
-    memory = await make_memory(cfg, summarizer=summarizer)
+    memory = await make_memory(cfg, key=key, summarizer=summarizer)
     state = _v1("rolling_summary_healthy.json")
     stored = state["summary"] = " ".join(f"fact-{i}" for i in range(80))
     try:
-        memory.from_dict(state)
+        if load is None:
+            memory.from_dict(state)
+        else:
+            await load(memory, state)
     except ValueError:
         return  # refusing the state keeps BUD-002 too
     summary = (await memory_view(memory)).get("summary", "")
@@ -1026,6 +1056,14 @@ async def test_penguiflow_v1_states_load(make_memory, stm_capabilities, name):
     assert memory.health.value == state["health"], (
         f"SER-004: {name} (health {state['health']!r}) loaded as {memory.health.value!r}"
     )
+    if state.get("backlog") and "serialization" in stm_capabilities:
+        # The view of a DEGRADED memory does not show its backlog; the reference format
+        # (version 2) does, which is what the recovery will be sent.
+        saved = memory.to_dict()
+        if saved.get("version") == 2:
+            kept = [record.get("user_message") for record in saved.get("backlog") or []]
+            stored = [t["user_message"] for t in state["backlog"]]
+            assert kept == stored, f"SER-004: the backlog {stored} of {name} loaded as {kept}"
     if strategy == "none":
         assert view == {}, f"STR-001: strategy none shows {view}"
         return

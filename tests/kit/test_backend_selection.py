@@ -119,6 +119,17 @@ def test_a_bundled_backend_missing_its_client_names_the_extra_to_install(
         load_provider(name)
 
 
+@pytest.mark.parametrize(
+    ("capability", "field"), [("key_resolution", "resolve_key"), ("shared_state", "create_peer")]
+)
+def test_a_capability_without_what_its_checks_call_is_refused(capability: str, field: str) -> None:
+    async def create(*args: object) -> None:
+        return None
+
+    with pytest.raises(ProviderError, match=f"declares {capability} but gives no {field}"):
+        Provider(name="p", create=create, capabilities=frozenset({"truncation", capability}))
+
+
 def test_provider_rejects_unknown_capabilities() -> None:
     async def create(*args: object) -> None:
         return None

@@ -24,10 +24,6 @@ from . import mutant_provider
 
 BREAKS = "BUD-002"
 COLLATERAL: dict[str, str] = {}
-GAP = (
-    "an oversize summary is loaded through from_dict only; no budget check of a load goes "
-    "through persist and hydrate"
-)
 
 
 class TrustingBudget(Budget):

@@ -15,10 +15,6 @@ from ._util import with_health
 
 BREAKS = "HLT-002"
 COLLATERAL: dict[str, str] = {}
-GAP = (
-    "the checks time the first and second retries only, where base*n and base*2**(n-1) agree;"
-    " none times a third"
-)
 
 
 class LinearBackoffHealth(HealthMachine):

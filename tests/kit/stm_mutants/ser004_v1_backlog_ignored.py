@@ -22,10 +22,6 @@ from . import mutant_provider
 
 BREAKS = "SER-004"
 COLLATERAL: dict[str, str] = {}
-GAP = (
-    "the version 1 checks load DEGRADED states but never let the loaded memory recover, nor "
-    "read its backlog back"
-)
 
 
 def _v1(state: Any) -> bool:
