@@ -966,6 +966,9 @@ async def test_a_hydrated_oversize_summary_is_clipped_or_refused(
     async def hydrate(memory: Any, state: dict[str, Any]) -> None:
         await stm_store.save_memory_state(where, state)
         await memory.hydrate(stm_store, where)
+        if not (await memory_view(memory)).get("recent_turns"):
+            # Nothing loaded: the record was refused (SER-004 judges that, elsewhere).
+            raise ValueError("hydrate refused the record")
 
     await _load_oversize_summary(make_memory, None, 10, load=hydrate, key=key)
 
