@@ -479,7 +479,8 @@ async def test_pending_turns_cut_when_degrading_are_counted(make_memory, scripte
 async def test_a_backlog_loaded_under_a_smaller_limit_counts_what_it_drops(make_memory):
     """A DEGRADED state with a backlog of 5, loaded into a memory whose
     ``recovery_backlog_limit`` is 2 (configured lower since it was saved): the backlog
-    keeps the two newest turns, and the three it drops are counted like any other drop."""
+    keeps the two newest turns, which the recovery is sent, and the three it drops are
+    counted like any other drop (``dropped_turns``, in the reference format)."""
     failing = ScriptedSummarizer()
     failing.fail_always("raise")
     cfg = config(full_zone_turns=1, retry_attempts=0, recovery_backlog_limit=5)
@@ -491,28 +492,42 @@ async def test_a_backlog_loaded_under_a_smaller_limit_counts_what_it_drops(make_
         lambda: source.health.value == "degraded", what="HLT-004: DEGRADED (precondition)"
     )
     state = json_state(source)
-    if state.get("version") != 2:  # only the reference format names its backlog
-        return
+    v2 = state.get("version") == 2  # the reference format names its backlog and drops
     backlog = [record.get("user_message") for record in state.get("backlog") or []]
-    if backlog != ["u0", "u1", "u2", "u3", "u4"] or state.get("dropped_turns", 0) != 0:
+    if v2 and (backlog != ["u0", "u1", "u2", "u3", "u4"] or state.get("dropped_turns", 0)):
         raise PreconditionError(
             f"HLT-005: a backlog of 5 holds {backlog}, dropped_turns="
             f"{state.get('dropped_turns', 0)}"
         )
-    held = ScriptedSummarizer()
-    held.hold()
-    smaller = config(full_zone_turns=1, retry_attempts=0, recovery_backlog_limit=2)
-    memory = await make_memory(smaller, key=key, summarizer=held)
-    memory.from_dict(state)
-    loaded = memory.to_dict()
-    kept = [record.get("user_message") for record in loaded.get("backlog") or []]
-    dropped = loaded.get("dropped_turns", 0)
-    assert kept == ["u3", "u4"] and dropped == 3, (
-        f"HLT-005: loaded under recovery_backlog_limit=2, the backlog of 5 keeps {kept} "
-        f"with dropped_turns={dropped}; the newest two are kept and the three dropped are "
-        "counted (3)"
+    recovering = ScriptedSummarizer()
+    smaller = config(
+        full_zone_turns=1,
+        retry_attempts=0,
+        recovery_backlog_limit=2,
+        degraded_retry_interval_s=0.05,
     )
-    held.release()
+    memory = await make_memory(smaller, key=key, summarizer=recovering)
+    memory.from_dict(state)
+    if v2:
+        loaded = memory.to_dict()
+        kept = [record.get("user_message") for record in loaded.get("backlog") or []]
+        dropped = loaded.get("dropped_turns", 0)
+        assert kept == ["u3", "u4"] and dropped == 3, (
+            f"HLT-005: loaded under recovery_backlog_limit=2, the backlog of 5 keeps {kept} "
+            f"with dropped_turns={dropped}; the newest two are kept and the three dropped "
+            "are counted (3)"
+        )
+    try:
+        await recovering.wait_for_calls(1)
+    except TimeoutError:
+        raise PreconditionError(
+            "HLT-006: the loaded DEGRADED memory made no recovery attempt"
+        ) from None
+    sent = users(recovering.calls[0].get("turns"))
+    assert sent == ["u3", "u4"], (
+        f"HLT-005: loaded under recovery_backlog_limit=2, the backlog of 5 sent its recovery "
+        f"{sent}, not the newest two, ['u3', 'u4']"
+    )
 
 
 @req("HLT-005")
