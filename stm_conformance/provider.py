@@ -177,7 +177,10 @@ def _extra_hint(entry_point: EntryPoint, exc: ProviderError) -> str | None:
     """How to install what a registered backend misses, when the package that registers
     it has an extra of the backend's name (``stm-conformance[fakeredis]``)."""
     dist = entry_point.dist
-    if dist is None or not isinstance(exc.__cause__, ModuleNotFoundError):
+    # Only where importing the backend's module failed: a provider that found a package
+    # missing later says what to install itself.
+    imported = str(exc).startswith("cannot import backend module")
+    if dist is None or not imported or not isinstance(exc.__cause__, ModuleNotFoundError):
         return None
     if entry_point.name not in (dist.metadata.get_all("Provides-Extra") or []):
         return None

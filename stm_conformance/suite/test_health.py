@@ -524,6 +524,8 @@ async def test_a_backlog_loaded_under_a_smaller_limit_counts_what_it_drops(make_
             "HLT-006: the loaded DEGRADED memory made no recovery attempt"
         ) from None
     sent = users(recovering.calls[0].get("turns"))
+    if sorted(sent) == ["u3", "u4"] and sent != ["u3", "u4"]:
+        raise PreconditionError(f"WM-004: the backlog was sent out of order: {sent}")
     assert sent == ["u3", "u4"], (
         f"HLT-005: loaded under recovery_backlog_limit=2, the backlog of 5 sent its recovery "
         f"{sent}, not the newest two, ['u3', 'u4']"
