@@ -47,4 +47,4 @@ class TrustingHydrateMemory(DefaultShortTermMemory):
         self._install(loaded)
 
 
-provider = mutant_provider("adv-bud002-hydrated-summary-not-clipped", TrustingHydrateMemory)
+provider = mutant_provider("bud002-hydrated-summary-not-clipped", TrustingHydrateMemory)

@@ -26,7 +26,7 @@ from . import mutant_provider
 BREAKS = "BUD-006"
 COLLATERAL: dict[str, str] = {}
 
-_checked: contextvars.ContextVar[bool] = contextvars.ContextVar("adv-checked", default=False)
+_checked: contextvars.ContextVar[bool] = contextvars.ContextVar("bud006-checked", default=False)
 
 
 class CheckedOnceBudget(Budget):
@@ -67,4 +67,4 @@ class CheckThenYieldMemory(DefaultShortTermMemory):
             _checked.reset(token)
 
 
-provider = mutant_provider("adv-bud006-concurrent-adds-both-admitted", CheckThenYieldMemory)
+provider = mutant_provider("bud006-concurrent-adds-both-admitted", CheckThenYieldMemory)

@@ -31,4 +31,4 @@ class PhantomRetryMemory(DefaultShortTermMemory):
         super()._transition(change)
 
 
-provider = mutant_provider("adv-cb003-phantom-retry-when-no-retries", PhantomRetryMemory)
+provider = mutant_provider("cb003-phantom-retry-when-no-retries", PhantomRetryMemory)

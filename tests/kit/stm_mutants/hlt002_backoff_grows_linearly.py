@@ -24,4 +24,4 @@ class LinearBackoffHealth(HealthMachine):
         return self.backoff_base_s * self.failures  # MUTATION: base * n, not base * 2**(n-1)
 
 
-provider = mutant_provider("adv-hlt002-backoff-grows-linearly", with_health(LinearBackoffHealth))
+provider = mutant_provider("hlt002-backoff-grows-linearly", with_health(LinearBackoffHealth))

@@ -44,4 +44,4 @@ class OldestKeptMemory(DefaultShortTermMemory):
             await super()._work()
 
 
-provider = mutant_provider("adv-hlt005-degrade-keeps-oldest-pending", OldestKeptMemory)
+provider = mutant_provider("hlt005-degrade-keeps-oldest-pending", OldestKeptMemory)

@@ -31,6 +31,6 @@ def _degrade_uncounted(state: Any, config: Any) -> None:
 
 
 provider = mutant_provider(
-    "adv-hlt005-loaded-backlog-cut-uncounted",
+    "hlt005-loaded-backlog-cut-uncounted",
     own_loads_only(watermark, "degrade", _degrade_uncounted),
 )

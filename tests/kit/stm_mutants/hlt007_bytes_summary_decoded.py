@@ -40,4 +40,4 @@ class DecodingMemory(DefaultShortTermMemory):
         super().__init__(summarizer=summarizer, **kwargs)
 
 
-provider = mutant_provider("adv-hlt007-bytes-summary-decoded", DecodingMemory)
+provider = mutant_provider("hlt007-bytes-summary-decoded", DecodingMemory)

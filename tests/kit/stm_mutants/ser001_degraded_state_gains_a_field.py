@@ -57,4 +57,4 @@ class DegradedAtMemory(DefaultShortTermMemory):
         await super().afrom_dict(_strip(state))
 
 
-provider = mutant_provider("adv-ser001-degraded-state-gains-a-field", DegradedAtMemory)
+provider = mutant_provider("ser001-degraded-state-gains-a-field", DegradedAtMemory)

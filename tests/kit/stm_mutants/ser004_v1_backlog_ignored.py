@@ -40,4 +40,4 @@ class V1BacklogDiscardedMemory(DefaultShortTermMemory):
             self._state.backlog.clear()  # MUTATION: likewise through hydrate
 
 
-provider = mutant_provider("adv-ser004-v1-backlog-ignored", V1BacklogDiscardedMemory)
+provider = mutant_provider("ser004-v1-backlog-ignored", V1BacklogDiscardedMemory)

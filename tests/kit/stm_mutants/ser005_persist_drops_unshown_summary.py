@@ -41,4 +41,4 @@ class ShownSummaryPersistMemory(DefaultShortTermMemory):
             return super()._persisting(store, key)
 
 
-provider = mutant_provider("adv-ser005-persist-drops-unshown-summary", ShownSummaryPersistMemory)
+provider = mutant_provider("ser005-persist-drops-unshown-summary", ShownSummaryPersistMemory)
