@@ -464,10 +464,11 @@ class SessionPlugin:
         terminalreporter.section("stm conformance")
         for line in self.results.terminal_lines(self.run, complete=self.complete):
             terminalreporter.write_line(line)
+        path = self._report_path()
         if not self.report_written:  # where its path would be, after the results
             terminalreporter.write_line(f"ERROR: {self.usage_error}", red=True)
-        elif self._report_path():
-            terminalreporter.write_line(f"report written to {self._report_path()}")
+        elif path:
+            terminalreporter.write_line(f"report written to {path}")
         if required is not None:
             if required.reached:
                 terminalreporter.write_line(f"required level {required.name} reached", green=True)

@@ -18,10 +18,10 @@ from typing import Any
 from reference_impl.budget import Budget
 from reference_impl.entries import Entry
 from reference_impl.inputs import check_turn
-from reference_impl.memory import DefaultShortTermMemory
 from reference_impl.types import ConversationTurn, MemoryBudgetExceeded
 
 from . import mutant_provider
+from ._util import with_budget
 
 BREAKS = "BUD-006"
 COLLATERAL: dict[str, str] = {}
@@ -38,11 +38,7 @@ class CheckedOnceBudget(Budget):
         return super().fits_after_add(state, entry)
 
 
-class CheckThenYieldMemory(DefaultShortTermMemory):
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._budget = CheckedOnceBudget.for_config(self._config)
-
+class CheckThenYieldMemory(with_budget(CheckedOnceBudget)):  # type: ignore[misc]
     async def add_turn(self, turn: ConversationTurn) -> None:
         config = self._config
         if self._closed or config.strategy == "none" or config.budget.overflow_policy != "error":
