@@ -1302,6 +1302,7 @@ class RedisShortTermMemory:
 
         writing: asyncio.Task[bool] | None = None
         batch: watermark.Batch | None = None
+        begun = False  # this worker has begun a recovery attempt it has not made yet
 
         def numbered(apply: Callable[[MemoryState], Any]) -> _Outcome:
             """``apply`` numbered and shown on top of the state until written."""
@@ -1329,7 +1330,7 @@ class RedisShortTermMemory:
                     # made now could be installed, and its turns would be sent again.
                     break
                 if batch is None:
-                    batch = self._next_batch()
+                    batch = self._next_batch(begun)
                 if batch is None:
                     if writing is not None:
                         await changed.wait()  # a turn added meanwhile may need a call
@@ -1347,6 +1348,7 @@ class RedisShortTermMemory:
                         break
                     # RECOVERING, shown at once
                     writing = write(numbered(_begin(time.time())), None)
+                    begun = True
                     continue
                 if lease_lost():
                     break
@@ -1359,6 +1361,7 @@ class RedisShortTermMemory:
                     batch = None  # looked at again: the state may have moved meanwhile
                     continue
                 summary, error = await self._call(batch)
+                begun = False
                 if self._replacements != replacements:
                     return  # from_dict replaced the state during the call (WM-004)
                 finish = numbered(self._finish(batch, summary, error))
@@ -1378,13 +1381,22 @@ class RedisShortTermMemory:
                 *(t for t in (renewer, writing) if t is not None), return_exceptions=True
             )
 
-    def _next_batch(self) -> watermark.Batch | None:
-        """The next call's turns if it may start now (outcomes not yet written included)."""
+    def _next_batch(self, begun: bool) -> watermark.Batch | None:
+        """The next call's turns if it may start now (outcomes not yet written included).
+
+        ``begun``: this worker has just begun a recovery attempt, which starts now (its
+        timer already counts to the attempt after it). A state RECOVERING otherwise was
+        loaded so, or begun by a worker since gone: it waits out its timer like a state
+        DEGRADED, so that loading never brings an attempt sooner (HLT-006).
+        """
         shown = self._state()
         health = shown.health
         if health.state is MemoryHealth.DEGRADED:
             return None
-        if health.state is not MemoryHealth.RECOVERING and health.wait_s(time.time()) > 0:
+        if (
+            not (begun and health.state is MemoryHealth.RECOVERING)
+            and health.wait_s(time.time()) > 0
+        ):
             return None
         return watermark.take_batch(shown)
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -81,20 +83,61 @@ def _reloader(memory: Any, via: str, store: Any, storage_key: str) -> Any:
     return reload
 
 
+@dataclass(frozen=True)
+class _Reloads:
+    """Summarizer calls around ten loads of a memory's own state."""
+
+    #: When the last call before the first load started (its outcome started the timer).
+    before: float
+    #: When each load began.
+    loads: list[float]
+    #: When each call since the first load started.
+    calls: list[float]
+    #: Seconds from the first load to the end of the quiet spell after the last.
+    elapsed: float
+
+
 async def _calls_while_reloading(
     reload: Callable[[], Awaitable[None]],
     summarizer: ScriptedSummarizer,
     loaded: Callable[[], None],
-) -> tuple[int, float]:
-    """Load ten times, 10 ms apart, ``loaded()`` checking each load: how many summarizer
-    calls started meanwhile, and in how many seconds."""
-    started = time.monotonic()
+    wait: float,
+) -> _Reloads:
+    """Load ten times, 10 ms apart, ``loaded()`` checking each load, then let the last
+    load's state be for ``0.8 * wait``, short of the ``wait`` its next call is due after
+    (and past the time the first load's would have been due): the calls that started
+    meanwhile."""
+    before = max(summarizer.call_times, default=0.0)
+    loads = []
     for _ in range(10):
+        loads.append(time.monotonic())
         await reload()
         loaded()
         await anyio.sleep(0.01)
-    elapsed = time.monotonic() - started
-    return sum(t >= started for t in summarizer.call_times), elapsed
+    await anyio.sleep(0.8 * wait)
+    calls = [t for t in summarizer.call_times if t >= loads[0]]
+    return _Reloads(before, loads, calls, time.monotonic() - loads[0])
+
+
+def _made_due_by_a_load(reloads: _Reloads, wait: float) -> list[float]:
+    """The calls that came sooner than ``wait`` after the load before them while no time
+    between loads (or before the first) was long enough for one to fall due: the load made
+    them due. Each as seconds after that load.
+
+    A call may come soon after a load when it was due, and begun, before it (it belongs to
+    the replaced state): only on a machine too busy to load every 10 ms, and then no call
+    is judged. Margins of a tenth of ``wait`` for the timers' slack."""
+    starts = [reloads.before, *reloads.loads]
+    soon = []
+    for t in reloads.calls:
+        k = bisect.bisect_right(reloads.loads, t) - 1  # the last load before the call
+        since = t - reloads.loads[k]
+        if since >= 0.9 * wait:
+            continue
+        if any(starts[j + 1] - starts[j] >= 0.9 * wait for j in range(k + 1)):
+            continue
+        soon.append(round(since, 3))
+    return soon
 
 
 @req("HLT-001")
@@ -665,10 +708,16 @@ async def test_reloading_a_degraded_state_brings_no_recovery_sooner(
             f"SER-002: a DEGRADED state reloaded as {memory.health.value!r}"
         )
 
-    attempts, elapsed = await _calls_while_reloading(reload, scripted_summarizer, loaded)
+    reloads = await _calls_while_reloading(reload, scripted_summarizer, loaded, interval)
+    attempts, elapsed = len(reloads.calls), reloads.elapsed
     assert attempts <= elapsed / interval + 1, (
         f"HLT-006: {attempts} recovery attempts in {elapsed:.2f}s of reloading a DEGRADED "
         f"state, with degraded_retry_interval_s={interval}: a load must not make one due"
+    )
+    soon = _made_due_by_a_load(reloads, interval)
+    assert not soon, (
+        f"HLT-006: recovery attempts {soon}s after a load of a DEGRADED state, with "
+        f"degraded_retry_interval_s={interval} counted from the load: the load made them due"
     )
 
 
@@ -700,10 +749,16 @@ async def test_reloading_a_state_saved_recovering_brings_no_attempt_sooner(
     async def reload() -> None:
         memory.from_dict(recovering)
 
-    attempts, elapsed = await _calls_while_reloading(reload, scripted_summarizer, lambda: None)
+    reloads = await _calls_while_reloading(reload, scripted_summarizer, lambda: None, interval)
+    attempts, elapsed = len(reloads.calls), reloads.elapsed
     assert attempts <= elapsed / interval + 1, (
         f"HLT-006: {attempts} recovery attempts in {elapsed:.2f}s of loading a state saved "
         f"RECOVERING, with degraded_retry_interval_s={interval}: a load must not make one due"
+    )
+    soon = _made_due_by_a_load(reloads, interval)
+    assert not soon, (
+        f"HLT-006: recovery attempts {soon}s after a load of a state saved RECOVERING, with "
+        f"degraded_retry_interval_s={interval} counted from the load: the load made them due"
     )
 
 
@@ -744,10 +799,16 @@ async def test_reloading_a_retry_state_brings_no_retry_sooner(
         )
 
     started = time.monotonic()
-    retries, elapsed = await _calls_while_reloading(reload, scripted_summarizer, loaded)
+    reloads = await _calls_while_reloading(reload, scripted_summarizer, loaded, base)
+    retries, elapsed = len(reloads.calls), reloads.elapsed
     assert retries <= elapsed / base + 1, (
         f"HLT-002: {retries} retries in {elapsed:.2f}s of reloading a RETRY state, with "
         f"retry_backoff_base_s={base}: a load must not make a retry due"
+    )
+    soon = _made_due_by_a_load(reloads, base)
+    assert not soon, (
+        f"HLT-002: retries {soon}s after a load of a RETRY state, whose backoff of {base}s "
+        "is timed from the load: the load made them due"
     )
     await eventually(
         lambda: any(t >= started for t in scripted_summarizer.call_times),
