@@ -762,7 +762,10 @@ async def test_a_hung_call_of_many_turns_times_out_like_one_of_one(
     make_memory, scripted_summarizer
 ):
     """The timeout is the call's, whatever it was sent: a hung call of twenty turns is
-    abandoned after ``summarizer_timeout_s`` as one of one turn is."""
+    abandoned after ``summarizer_timeout_s`` as one of one turn is. The twenty are evicted
+    while a first call is held; that call succeeds, and the next one, sent what is pending
+    then, hangs. (How pending turns are split into calls is the backend's choice: one that
+    sends them one at a time makes no call of many turns, and this check does not apply.)"""
     timeout = 0.2
     cfg = config(
         full_zone_turns=1,
@@ -771,32 +774,25 @@ async def test_a_hung_call_of_many_turns_times_out_like_one_of_one(
         summarizer_timeout_s=timeout,
     )
     memory = await make_memory(cfg, summarizer=scripted_summarizer)
-    scripted_summarizer.fail_always("hang")
+    scripted_summarizer.hold()
     await memory.add_turn(turn(0))
-    await memory.add_turn(turn(1))  # u0 evicted: the first call, of one turn, hangs
+    await memory.add_turn(turn(1))  # u0 evicted: the first call, held
     await scripted_summarizer.wait_for_calls(1)
     for i in range(2, 22):
-        await memory.add_turn(turn(i))  # evicted while it hangs: the retry sends them all
-    await eventually(
-        lambda: memory.health.value != "healthy",
-        timeout=timeout * 10,
-        what="WM-008: the first hung call failed after summarizer_timeout_s",
-    )
-    await eventually(
-        lambda: len(scripted_summarizer.calls) >= 2 or memory.health.value == "degraded",
-        timeout=timeout * 10,
-        what="HLT-002: the memory retries by itself after the failed call (precondition)",
-    )
-    assert len(scripted_summarizer.calls) >= 2, (
-        "HLT-004: with retry_attempts=1 the memory retries once before it degrades; it "
-        "degraded after the first call (precondition)"
-    )
+        await memory.add_turn(turn(i))  # u1..u20 evicted while it is held
+    scripted_summarizer.fail_always("hang")  # calls from now on; the held one succeeds
+    scripted_summarizer.release()
+    await scripted_summarizer.wait_for_calls(2)
     sent = len(scripted_summarizer.calls[1]["turns"])
-    assert sent > 1, f"check setup: the retry was sent {sent} turn(s) (precondition)"
+    if sent <= 1:
+        pytest.skip(
+            "the backend sent the turns pending after a call one at a time: it makes no "
+            "call of many turns to time"
+        )
     started = scripted_summarizer.call_times[1]
 
-    def failed() -> bool:  # counted as a failure: DEGRADED, or (HLT-004 aside) a next call
-        return memory.health.value == "degraded" or len(scripted_summarizer.calls) > 2
+    def failed() -> bool:  # counted as a failure: the health left HEALTHY, or a next call
+        return memory.health.value != "healthy" or len(scripted_summarizer.calls) > 2
 
     limit = timeout + patient(1.0)
     with anyio.move_on_after(max(0.0, started + limit - time.monotonic())):
