@@ -24,7 +24,7 @@ from stm_conformance.checks import (
     users,
     view_tokens,
 )
-from stm_conformance.contract import MemoryKey, default_token_estimator
+from stm_conformance.contract import ConversationTurn, MemoryKey, default_token_estimator
 from stm_conformance.fixtures import PreconditionError
 
 pytestmark = [pytest.mark.stm_capability("callbacks")]
@@ -48,11 +48,15 @@ async def test_turn_added_once_per_turn_in_order(
     summarizer = ScriptedSummarizer()
     summarizer.hold()  # the turns stay where add_turn put them until the flush
     memory = await make_memory(cfg, summarizer=summarizer)
-    for i in range(5):
-        await memory.add_turn(turn(i))
+    # A turn that repeats the one before it (an agent's "ok" twice) is a turn of its own.
+    repeated = ConversationTurn(user_message="ok", assistant_response="ok")
+    turns = [turn(0), repeated, repeated, turn(3), turn(4)]
+    users = [t.user_message for t in turns]
+    for t in turns:
+        await memory.add_turn(t)
     view = await memory_view(memory)
     kept = [t["user"] for t in (*view.get("pending_turns", []), *view["recent_turns"])]
-    if strategy == "rolling_summary" and kept != [f"u{i}" for i in range(5)]:
+    if strategy == "rolling_summary" and kept != users:
         raise AssertionError(
             f"WM-002: five turns added with full_zone_turns={window} and every call held, "
             f"and the view keeps {kept} (precondition)"
@@ -61,7 +65,11 @@ async def test_turn_added_once_per_turn_in_order(
     await memory.flush()
     await recording_callbacks.wait_for("turns", 5)
     await recording_callbacks.settle()
-    assert [t.user_message for t in recording_callbacks.turns] == [f"u{i}" for i in range(5)]
+    reported = [t.user_message for t in recording_callbacks.turns]
+    assert reported == users, (
+        f"CB-001: on_turn_added reported {reported} for the turns {users} (one call per "
+        "stored turn, in order, a repeated turn included)"
+    )
 
 
 @req("CB-001")

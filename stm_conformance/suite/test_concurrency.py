@@ -131,9 +131,9 @@ def _running_since(before: set[asyncio.Task[Any]]) -> set[asyncio.Task[Any]]:
 @pytest.mark.stm_capability("rolling_summary")
 @pytest.mark.stm_capability("serialization")
 async def test_a_closed_memory_starts_no_work(stm_provider, scripted_summarizer):
-    """After ``aclose()``, a ``from_dict`` of a state with a pending turn, and a ``flush()``,
-    start no task and no summarizer call: a closed memory may refuse them, or take the
-    state, but its background work is over."""
+    """After ``aclose()``, a ``from_dict`` of a state with a pending turn, a ``flush()`` and
+    turns added start no task and no summarizer call: a closed memory may refuse them, or
+    take the state and the turns, but its background work is over."""
     before = set(asyncio.all_tasks())
     cfg = config(full_zone_turns=1)
     raw = await stm_provider.create(cfg, MemoryKey("t", "u", "closed"), scripted_summarizer)
@@ -153,11 +153,16 @@ async def test_a_closed_memory_starts_no_work(stm_provider, scripted_summarizer)
         raw.from_dict(state)
     with contextlib.suppress(Exception), anyio.fail_after(patient(2)):
         await raw.flush()
+    for i in range(3, 5):  # evicting a turn: work for a summarizer, were it open
+        with contextlib.suppress(Exception), anyio.fail_after(patient(2)):
+            await raw.add_turn(turn(i))
     await asyncio.sleep(0.05)
     left = _running_since(before)
-    assert not left, f"CON-003: tasks running after aclose(), then from_dict and flush: {left}"
+    assert not left, (
+        f"CON-003: tasks running after aclose(), then from_dict, flush and add_turn: {left}"
+    )
     assert len(scripted_summarizer.calls) == calls, (
-        "CON-003: a summarizer call started after aclose() (from_dict, then flush)"
+        "CON-003: a summarizer call started after aclose() (from_dict, flush, add_turn)"
     )
 
 

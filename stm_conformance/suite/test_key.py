@@ -387,6 +387,18 @@ def test_explicit_key_wins(stm_provider):
             assert got == explicit, (
                 f"KEY-003: with tool_context={context!r} the explicit key {explicit!r} gave {got!r}"
             )
+    # Nor does a tool_context that could not resolve a key (a part of an unusable type, a
+    # path one level short: KEY-005) stand in its way: it is not looked at.
+    for context in (
+        {"session_id": {"id": "s"}},
+        {"tenant_id": 1.5, "user_id": True, "session_id": b"s"},
+        SimpleNamespace(tenant_id="t", user_id="u", session_id=SimpleNamespace(id="s")),
+    ):
+        got = resolve(MemoryIsolation(), explicit, context)
+        assert got == explicit, (
+            f"KEY-003: with tool_context={context!r}, whose parts resolve nothing, the "
+            f"explicit key {explicit!r} gave {got!r}"
+        )
 
 
 @req("KEY-003")
@@ -434,6 +446,13 @@ def test_keys_come_from_tool_context_dotted_paths(stm_provider):
     assert got == MemoryKey("acme", "ann", "c9"), (
         f"KEY-004: keys spelled like the dotted paths ('conv.id': 'z') beside the nested "
         f"values the paths lead to resolved {got}"
+    )
+    # Alone, such keys are no fallback: the paths lead nowhere, and nothing resolves.
+    flat = {"org.id": "x", "who.id": "y", "conv.id": "z"}
+    got = resolve(iso, None, flat)
+    assert got is None, (
+        f"KEY-004: a tool_context holding only keys spelled like the dotted paths ({flat!r}), "
+        f"where the paths lead nowhere, resolved {got}"
     )
     # The spec names attributes too: a request context is often an object, not a mapping.
     objects = {
@@ -561,10 +580,13 @@ def test_nothing_resolvable_disables_memory(stm_provider):
         {"request_id": "r1"},
         {"tenant": {"id": "t"}, "user": "u"},
         SimpleNamespace(request_id="r1"),
+        # A known caller with no session (KEY-005: none resolves): no session is made up.
+        {"tenant_id": "t", "user_id": "u"},
+        {"tenant_id": "t", "user_id": "u", "session_id": "  "},
     ):
         got = resolve(MemoryIsolation(require_explicit_key=True), None, ctx)
         assert got is None, (
-            f"KEY-006: tool_context {ctx!r} holds no key part, yet resolved {got!r} with "
+            f"KEY-006: tool_context {ctx!r} resolves no session, yet resolved {got!r} with "
             "require_explicit_key=True"
         )
     # The other side: a fully resolvable tool_context still gives its key.

@@ -47,6 +47,27 @@ async def test_none_strategy_is_a_no_op(make_memory):
     )
 
 
+@req("STR-001")
+@pytest.mark.parametrize("policy", ["truncate_oldest", "truncate_summary", "error"])
+async def test_none_strategy_is_a_no_op_under_any_budget(make_memory, policy):
+    """A turn far over ``total_max_tokens`` changes nothing under ``none``, whatever the
+    overflow policy: nothing is stored, so nothing is measured (and ``{}`` fits any budget
+    a memory accepts, BUD-009). ``error`` refuses a turn the view could not take; ``none``'s
+    view takes none."""
+    cfg = config("none", total_max_tokens=20, summary_max_tokens=10, overflow_policy=policy)
+    memory = await make_memory(cfg)
+    for t in (turn(0, pad=200), turn(1), ConversationTurn("", "")):
+        try:
+            await memory.add_turn(t)
+        except Exception as exc:
+            raise AssertionError(
+                f"STR-001: strategy none's add_turn raised {type(exc).__name__}: {exc} for a "
+                f"turn of {len(t.user_message) + len(t.assistant_response)} characters under "
+                f"overflow_policy={policy!r} and total_max_tokens=20; it stores nothing"
+            ) from exc
+    assert dict(await memory.get_llm_context()) == {}, "STR-001: strategy none showed a turn"
+
+
 @req("HLT-001")
 @pytest.mark.parametrize("strategy", ["none", pytest.param("truncation", marks=cap("truncation"))])
 async def test_a_memory_without_a_summarizer_is_healthy(make_memory, strategy):
