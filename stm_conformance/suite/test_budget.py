@@ -474,6 +474,35 @@ async def test_a_state_loaded_under_a_smaller_budget_is_brought_within_it(
 
 
 @scenario("bound:upper")
+@req("BUD-001", "BUD-003", "BUD-008")
+@cap("persistence")
+@pytest.mark.parametrize("strategy", EITHER_STRATEGY)
+async def test_a_state_hydrated_under_a_smaller_budget_is_brought_within_it(
+    make_memory, scripted_summarizer, stm_provider, stm_store, strategy
+):
+    """The same through a store: saved with no token limit, hydrated into a memory with a
+    small one. ``hydrate`` is a load like ``from_dict``: the view is within the limit right
+    after it."""
+    key = MemoryKey("t", "u", f"smaller-budget-hydrated-{uuid.uuid4().hex}")
+    storage = stm_provider.key_for_storage(key)
+    wide = config(strategy, full_zone_turns=3, total_max_tokens=0)
+    writer = await make_memory(wide, key=key, summarizer=scripted_summarizer)
+    scripted_summarizer.hold()
+    for i in range(6):
+        await writer.add_turn(turn(i, pad=60))
+    await writer.persist(stm_store, storage)
+    narrow = config(strategy, full_zone_turns=3, total_max_tokens=60, summary_max_tokens=20)
+    reader = await make_memory(narrow, key=key, summarizer=ScriptedSummarizer())
+    await reader.hydrate(stm_store, storage)
+    view = await _check_invariants(reader, narrow)
+    if not view.get("recent_turns"):
+        raise PreconditionError(
+            "SER-004: hydrate loaded none of the saved turns into a memory of the same key"
+        )
+    scripted_summarizer.release()
+
+
+@scenario("bound:upper")
 @req("BUD-001", "BUD-004", "SER-004")
 @cap("rolling_summary")
 @cap("serialization")
@@ -839,11 +868,21 @@ async def test_error_policy_measures_pending_turns_and_the_summary(make_memory, 
 @scenario("direction:accept", "bound:lower")
 @req("BUD-007", "HLT-007")
 @cap("rolling_summary")
-async def test_a_summary_of_exactly_summary_max_tokens_is_installed(make_memory):
+@pytest.mark.parametrize(
+    "text",
+    [
+        "é" * 119,
+        # Quotes and line ends, which JSON escapes: a summary is sized as itself, not as
+        # the view's JSON spells it (section 0).
+        'said "ok"\n' * 11 + "a" * 9,
+    ],
+    ids=["non-ascii", "escaped"],
+)
+async def test_a_summary_of_exactly_summary_max_tokens_is_installed(make_memory, text):
     """The other side of BUD-007: a summary at the limit (not over it) is a success, even
-    made of non-ASCII text, and is installed whole."""
+    made of non-ASCII text or of characters JSON escapes, and is installed whole."""
     limit = 30
-    summary = "é" * (limit * 4 - 1)  # the estimator counts characters: exactly `limit`
+    summary = text  # the estimator counts characters: exactly `limit`
     assert default_token_estimator(summary) == limit, "check setup"
     assert default_token_estimator(summary + "é") == limit + 1, "check setup"
 

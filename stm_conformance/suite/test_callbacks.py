@@ -171,6 +171,49 @@ async def test_the_first_summary_after_a_load_reports_the_loaded_one_as_old(
     assert new == (await memory_view(memory))["summary"]
 
 
+@req("CB-003")
+@pytest.mark.stm_capability("rolling_summary")
+@pytest.mark.stm_capability("serialization")
+async def test_a_failure_from_dict_made_stale_is_not_reported(make_memory, recording_callbacks):
+    """A call in flight when ``from_dict`` replaces the state belongs to the replaced
+    state (WM-004): its failure changes the health of no state the memory holds, so
+    ``on_health_changed`` reports no transition; the loaded state stays HEALTHY."""
+    gate = asyncio.Event()
+    calls = 0
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await gate.wait()
+            raise RuntimeError("the replaced state's call fails")
+        return {"summary": f"summary of call {calls}"}
+
+    cfg = config(
+        full_zone_turns=1, retry_backoff_base_s=30.0, **recording_callbacks.config_kwargs()
+    )
+    memory = await make_memory(cfg, summarizer=summarizer)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))  # u0 evicted: call 1, held
+    await eventually(lambda: calls >= 1, what="WM-002: a call for u0 (precondition)")
+    memory.from_dict(json_state(memory))  # call 1 is now the replaced state's
+    gate.set()
+    await eventually(
+        lambda: calls >= 2 or memory.health.value != "healthy",
+        what="WM-004: u0, pending in the loaded state, sent to a call of its own (precondition)",
+    )
+    await recording_callbacks.settle()
+    if memory.health.value != "healthy":
+        raise PreconditionError(
+            f"WM-004: the failure of a call from_dict made stale left the loaded state "
+            f"{memory.health.value}"
+        )
+    assert recording_callbacks.health == [], (
+        f"CB-003: on_health_changed reported {recording_callbacks.health} while the memory "
+        "stayed HEALTHY: the failed call was the replaced state's, and changed no health"
+    )
+
+
 @req("CB-002")
 @pytest.mark.stm_capability("rolling_summary")
 @pytest.mark.stm_capability("serialization")
@@ -553,6 +596,33 @@ async def test_slow_or_raising_callbacks_never_harm_memory(make_memory):
     await raising.wait_for("turns", 3)
     await raising.settle()
     assert len((await memory_view(memory))["recent_turns"]) == 2
+
+
+@req("CB-004")
+@pytest.mark.stm_capability("persistence")
+@pytest.mark.parametrize("strategy", EITHER_STRATEGY)
+async def test_slow_callbacks_never_delay_persist_or_hydrate(
+    make_memory, stm_provider, stm_store, strategy
+):
+    """A save or a load is no reason to wait for the callbacks' queue: with
+    ``on_turn_added`` taking 30 s a turn, ``persist`` and ``hydrate`` return at once."""
+    key = MemoryKey("t", "u", "slow-callbacks-persist")
+    storage = stm_provider.key_for_storage(key)
+    slow = RecordingCallbacks(delay_s=30.0)
+    cfg = config(strategy, full_zone_turns=2, **slow.config_kwargs())
+    memory = await make_memory(cfg, key=key)
+    for i in range(2):
+        await memory.add_turn(turn(i))
+    await returns_within(
+        memory.persist(stm_store, storage),
+        timeout=1,
+        what="CB-004: persist while on_turn_added takes 30s a turn",
+    )
+    await returns_within(
+        memory.hydrate(stm_store, storage),
+        timeout=1,
+        what="CB-004: hydrate while on_turn_added takes 30s a turn",
+    )
 
 
 @req("CB-004")

@@ -447,10 +447,12 @@ def test_keys_come_from_tool_context_dotted_paths(stm_provider):
         f"KEY-004: keys spelled like the dotted paths ('conv.id': 'z') beside the nested "
         f"values the paths lead to resolved {got}"
     )
-    # Alone, such keys are no fallback: the paths lead nowhere, and nothing resolves.
+    # Alone, such keys are no fallback: the paths lead nowhere, and no part comes from them
+    # (nothing resolves; an ephemeral key of no part of theirs is KEY-006's to judge).
     flat = {"org.id": "x", "who.id": "y", "conv.id": "z"}
     got = resolve(iso, None, flat)
-    assert got is None, (
+    taken = set() if got is None else {got.tenant_id, got.user_id, got.session_id} & {"x", "y", "z"}
+    assert not taken, (
         f"KEY-004: a tool_context holding only keys spelled like the dotted paths ({flat!r}), "
         f"where the paths lead nowhere, resolved {got}"
     )

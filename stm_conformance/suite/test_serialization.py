@@ -915,6 +915,34 @@ async def test_a_state_loaded_into_a_smaller_window_evicts_to_pending(make_memor
 
 
 @scenario("bound:upper")
+@req("BUD-003")
+@cap("rolling_summary")
+async def test_a_degraded_state_loaded_into_a_smaller_window_keeps_the_newest(make_memory):
+    """The same for a state saved DEGRADED: the window holds in every health, and a load
+    into a smaller one keeps the newest turns recent (the others go where a DEGRADED
+    memory's evicted turns go, HLT-005)."""
+    key = MemoryKey("t", "u", f"window-degraded-{uuid.uuid4().hex}")
+    failing = ScriptedSummarizer()
+    failing.fail_always("raise")
+    wide_cfg = config(full_zone_turns=3, retry_attempts=0, degraded_retry_interval_s=60.0)
+    wide = await make_memory(wide_cfg, key=key, summarizer=failing)
+    for i in range(6):
+        await wide.add_turn(turn(i))
+    await eventually(
+        lambda: wide.health.value == "degraded",
+        what="HLT-004: DEGRADED after a failed call with retry_attempts=0 (precondition)",
+    )
+    narrow_cfg = config(full_zone_turns=1, retry_attempts=0, degraded_retry_interval_s=60.0)
+    narrow = await make_memory(narrow_cfg, key=key, summarizer=failing)
+    narrow.from_dict(json_state(wide))
+    view = await memory_view(narrow)
+    recent = [t.get("user") for t in view.get("recent_turns", [])]
+    assert recent == ["u5"], (
+        f"BUD-003: recent after loading a DEGRADED state into a window of 1: {recent}"
+    )
+
+
+@scenario("bound:upper")
 @req("BUD-003", "STR-002")
 @cap("truncation")
 async def test_a_truncation_state_loaded_into_a_smaller_window_keeps_the_newest(make_memory):

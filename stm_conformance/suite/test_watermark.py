@@ -119,6 +119,39 @@ async def test_empty_and_repeated_turns_evicted_are_pending(make_memory, scripte
     scripted_summarizer.release()
 
 
+@scenario("text:empty")
+@req("WM-004")
+async def test_empty_and_repeated_turns_are_sent_to_the_summarizer(
+    make_memory, scripted_summarizer
+):
+    """Each evicted turn reaches one successful call, whatever it holds: a summary that
+    covers a turn its call was never sent (an empty one, left out as "nothing to say")
+    is not a summary of that turn."""
+    memory = await make_memory(config(full_zone_turns=1), summarizer=scripted_summarizer)
+    added = [
+        ("q0", "a0"),
+        ("", ""),
+        (" ", "\n"),
+        ("q0", "a0"),
+        ("q0", "a0"),
+        ("", "a5"),
+        ("q6", ""),
+    ]
+    for user, assistant in added:
+        await memory.add_turn(ConversationTurn(user_message=user, assistant_response=assistant))
+    await returns_within(memory.flush(), what="WM-007: flush() with every call succeeding")
+    sent = [
+        (t.get("user"), t.get("assistant"))
+        for call, output in zip(scripted_summarizer.calls, scripted_summarizer.outputs, strict=True)
+        if output is not None
+        for t in call["turns"]
+    ]
+    assert sent == added[:-1], (
+        f"WM-004: the successful calls were sent {sent}; the turns evicted, each once and in "
+        f"order, are {added[:-1]}"
+    )
+
+
 @req("WM-003")
 async def test_turns_evicted_during_a_call_stay_pending(make_memory):
     summarizer = GatedSummarizer()
@@ -830,6 +863,36 @@ async def test_a_hung_recovery_attempt_times_out(make_memory, scripted_summarize
         timeout=2,
         what=f"WM-008: a recovery attempt that hangs did not fail after summarizer_timeout_s="
         f"{timeout}s: no further attempt came",
+    )
+
+
+@scenario("bound:upper")
+@req("WM-008")
+async def test_an_answer_after_the_timeout_is_not_installed(make_memory):
+    """A call that answers after ``summarizer_timeout_s`` has failed, though it answers
+    in the end: its late summary is not installed (a grace past the timeout, a deadline
+    checked only once the answer is in, would install it). The answer comes at 1.5 times
+    the timeout, 0.1 s after it."""
+    timeout = 0.2
+    starts: list[float] = []
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        starts.append(time.monotonic())
+        await asyncio.sleep(timeout * 1.5)
+        return {"summary": "late: " + ",".join(t["user"] for t in payload["turns"])}
+
+    cfg = config(full_zone_turns=1, summarizer_timeout_s=timeout, retry_backoff_base_s=30.0)
+    memory = await make_memory(cfg, summarizer=summarizer)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))  # u0 evicted: the call, answering late
+    await eventually(lambda: bool(starts), what="WM-001: the summarizer was called (precondition)")
+    # Past the answer (and the timeout's slack): what the memory made of the call is settled.
+    await anyio.sleep(max(0.0, starts[0] + timeout * 3 - time.monotonic()))
+    view = await memory_view(memory)
+    assert not view.get("summary") and memory.health.value != "healthy", (
+        f"WM-008: a call that answered {timeout * 1.5:.1f}s after it started, past "
+        f"summarizer_timeout_s={timeout}, was installed or not failed: health "
+        f"{memory.health.value!r}, summary {view.get('summary')!r}"
     )
 
 
