@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 STATE_VERSION = 2
-SPEC_VERSION = "1.4.0"
+SPEC_VERSION = "1.5.0"
 #: How deep a state nests above a turn's artifacts (state, its turn list, the turn, the
 #: artifacts mapping), with room for the configuration snapshot.
 _STATE_NESTING = 8

@@ -494,11 +494,7 @@ async def test_a_state_hydrated_under_a_smaller_budget_is_brought_within_it(
     narrow = config(strategy, full_zone_turns=3, total_max_tokens=60, summary_max_tokens=20)
     reader = await make_memory(narrow, key=key, summarizer=ScriptedSummarizer())
     await reader.hydrate(stm_store, storage)
-    view = await _check_invariants(reader, narrow)
-    if not view.get("recent_turns"):
-        raise PreconditionError(
-            "SER-004: hydrate loaded none of the saved turns into a memory of the same key"
-        )
+    await _check_invariants(reader, narrow)
     scripted_summarizer.release()
 
 
@@ -838,8 +834,21 @@ async def test_error_policy_measures_pending_turns_and_the_summary(make_memory, 
         f"WM-003: the first call's summary was not installed (health {memory.health.value!r})"
     )
     model.install(calls[0], summary)
+    refused, at_limit = await _add_under_error_policy(
+        memory, model, stm_provider, [50, 11, 44, 25, 41, 58, 5, 30, 32, 55, 3, 11], start=3
+    )
+    assert refused >= 2 and at_limit == 1, f"check setup: {refused} refused, {at_limit} at limit"
+
+
+async def _add_under_error_policy(
+    memory: Any, model: SpecModel, stm_provider: Any, pads: list[int], *, start: int
+) -> tuple[int, int]:
+    """Add ``turn(i, pad=pad)`` for each pad under ``error``, the kit model deciding each:
+    refused exactly when the view with it would exceed ``total_max_tokens``, and then
+    unchanged. How many were refused, and how many taken at exactly the limit."""
+    total = model.config.budget.total_max_tokens
     refused = at_limit = 0
-    for i, pad in enumerate([50, 11, 44, 25, 41, 58, 5, 30, 32, 55, 3, 11], start=3):
+    for i, pad in enumerate(pads, start=start):
         t = turn(i, pad=pad)
         trial = copy.deepcopy(model)
         trial.add(t)
@@ -862,7 +871,52 @@ async def test_error_policy_measures_pending_turns_and_the_summary(make_memory, 
         )
         model = trial
         at_limit += want == total
-    assert refused >= 2 and at_limit == 1, f"check setup: {refused} refused, {at_limit} at limit"
+    return refused, at_limit
+
+
+@scenario("direction:accept", "direction:reject", "bound:upper")
+@req("BUD-006")
+@cap("rolling_summary")
+async def test_error_policy_measures_the_summary_while_retrying(make_memory, stm_provider):
+    """The same in RETRY, after a call failed: the view still shows the summary and every
+    pending turn (only DEGRADED shows recent turns alone), so ``error`` measures them."""
+    summary = "Earlier: the user asked how services should retry failed calls. "
+    calls: list[Any] = []
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        calls.append(copy.deepcopy(dict(payload)))
+        if len(calls) == 1:
+            return {"summary": summary}
+        raise RuntimeError("the summarizer is down")
+
+    total = 150
+    cfg = config(
+        full_zone_turns=2,
+        total_max_tokens=total,
+        summary_max_tokens=40,
+        overflow_policy="error",
+        retry_backoff_base_s=30.0,
+    )
+    model = SpecModel(cfg)
+    memory = await make_memory(cfg, summarizer=summarizer)
+    for t in [turn(0), turn(1), turn(2)]:
+        model.add(t)
+        await memory.add_turn(t)
+    view = await summary_or_failure(memory)
+    assert view.get("summary") == summary, (
+        f"WM-003: the first call's summary was not installed (health {memory.health.value!r})"
+    )
+    model.install(calls[0], summary)
+    model.add(turn(3))
+    await memory.add_turn(turn(3))  # u1 evicted: the second call fails
+    await eventually(
+        lambda: memory.health.value == "retry",
+        what="HLT-002: RETRY after a failed call (precondition)",
+    )
+    refused, _ = await _add_under_error_policy(
+        memory, model, stm_provider, [44, 25, 41, 58, 5, 30, 32, 55], start=4
+    )
+    assert refused >= 1, f"check setup: {refused} refused"
 
 
 @scenario("direction:accept", "bound:lower")
@@ -1157,6 +1211,32 @@ async def test_unsatisfiable_budget_is_rejected(make_memory, policy):
         raise AssertionError(
             f"BUD-009: total_max_tokens={least} fits the empty view ({least} tokens) but the "
             f"memory refused it under overflow_policy={policy!r}: {exc}"
+        ) from exc
+
+
+@scenario("direction:accept", "direction:reject", "bound:lower", "bound:upper")
+@req("BUD-009")
+@cap("rolling_summary")
+async def test_unsatisfiable_budget_is_rejected_under_rolling_summary(make_memory):
+    """The same under ``rolling_summary``, whose empty view is the same: one token under it
+    is refused, exactly it is accepted."""
+    empty = {"conversation_memory": {"recent_turns": []}}
+    least = default_token_estimator(canonical_json(empty))
+    for total in (2, least - 1):
+        try:
+            await make_memory(config(total_max_tokens=total, summary_max_tokens=1))
+        except ValueError:
+            continue
+        raise AssertionError(
+            f"BUD-009: total_max_tokens={total} is under the empty view's {least} tokens, yet "
+            "a rolling_summary memory accepted it"
+        )
+    try:
+        await make_memory(config(total_max_tokens=least, summary_max_tokens=1))
+    except ValueError as exc:
+        raise AssertionError(
+            f"BUD-009: total_max_tokens={least} fits the empty view ({least} tokens) but the "
+            f"rolling_summary memory refused it: {exc}"
         ) from exc
 
 

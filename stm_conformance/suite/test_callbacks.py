@@ -48,9 +48,9 @@ async def test_turn_added_once_per_turn_in_order(
     summarizer = ScriptedSummarizer()
     summarizer.hold()  # the turns stay where add_turn put them until the flush
     memory = await make_memory(cfg, summarizer=summarizer)
-    # A turn that repeats the one before it (an agent's "ok" twice) is a turn of its own.
-    repeated = ConversationTurn(user_message="ok", assistant_response="ok")
-    turns = [turn(0), repeated, repeated, turn(3), turn(4)]
+    # A turn equal to the one before it (an agent's "ok" twice) is a turn of its own.
+    repeated = [ConversationTurn(user_message="ok", assistant_response="ok") for _ in range(2)]
+    turns = [turn(0), *repeated, turn(3), turn(4)]
     users = [t.user_message for t in turns]
     for t in turns:
         await memory.add_turn(t)

@@ -584,7 +584,6 @@ def test_nothing_resolvable_disables_memory(stm_provider):
         SimpleNamespace(request_id="r1"),
         # A known caller with no session (KEY-005: none resolves): no session is made up.
         {"tenant_id": "t", "user_id": "u"},
-        {"tenant_id": "t", "user_id": "u", "session_id": "  "},
     ):
         got = resolve(MemoryIsolation(require_explicit_key=True), None, ctx)
         assert got is None, (

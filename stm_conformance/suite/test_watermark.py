@@ -128,17 +128,20 @@ async def test_empty_and_repeated_turns_are_sent_to_the_summarizer(
     covers a turn its call was never sent (an empty one, left out as "nothing to say")
     is not a summary of that turn."""
     memory = await make_memory(config(full_zone_turns=1), summarizer=scripted_summarizer)
+    scripted_summarizer.hold()
     added = [
-        ("q0", "a0"),
-        ("", ""),
-        (" ", "\n"),
-        ("q0", "a0"),
-        ("q0", "a0"),
-        ("", "a5"),
-        ("q6", ""),
-    ]
+        ("q0", "a0"), ("", ""), (" ", "\n"), ("q0", "a0"), ("q0", "a0"), ("", "a5"), ("q6", ""),
+    ]  # fmt: skip
     for user, assistant in added:
         await memory.add_turn(ConversationTurn(user_message=user, assistant_response=assistant))
+    view = await memory_view(memory)
+    pending = [(t.get("user"), t.get("assistant")) for t in view.get("pending_turns", [])]
+    if pending != added[:-1]:
+        raise PreconditionError(
+            f"WM-002: pending shows {pending} with the calls held, not every turn evicted: "
+            f"{added[:-1]}"
+        )
+    scripted_summarizer.release()
     await returns_within(memory.flush(), what="WM-007: flush() with every call succeeding")
     sent = [
         (t.get("user"), t.get("assistant"))
@@ -149,6 +152,44 @@ async def test_empty_and_repeated_turns_are_sent_to_the_summarizer(
     assert sent == added[:-1], (
         f"WM-004: the successful calls were sent {sent}; the turns evicted, each once and in "
         f"order, are {added[:-1]}"
+    )
+
+
+@req("WM-004")
+@pytest.mark.stm_capability("serialization")
+async def test_the_first_call_after_a_load_in_retry_is_the_loaded_state_s(
+    make_memory, scripted_summarizer
+):
+    """A failed call's turns are sent again, but a ``from_dict`` during the backoff
+    replaces them: the next call is the loaded state's, sent its summary as
+    ``previous_summary`` and its own pending turns, never the replaced state's batch."""
+    key = MemoryKey("t", "u", f"retry-then-load-{time.monotonic_ns()}")
+    other = await make_memory(config(full_zone_turns=1), key=key, summarizer=ScriptedSummarizer())
+    for i in (10, 11, 12):
+        await other.add_turn(turn(i))
+    await returns_within(other.flush(), what="WM-007: flush() with every call succeeding")
+    loaded, loaded_summary = json_state(other), (await memory_view(other)).get("summary")
+    if not loaded_summary:
+        raise PreconditionError("WM-003: u10 and u11 flushed, and no summary installed")
+    cfg = config(full_zone_turns=1, retry_attempts=5, retry_backoff_base_s=0.3)
+    memory = await make_memory(cfg, key=key, summarizer=scripted_summarizer)
+    scripted_summarizer.fail_next(1, "raise")
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))  # u0 evicted: its call fails
+    await eventually(
+        lambda: memory.health.value == "retry",
+        what="HLT-002: RETRY after a failed call (precondition)",
+    )
+    made = len(scripted_summarizer.calls)
+    memory.from_dict(loaded)  # in the backoff: the retry of u0 belongs to the replaced state
+    await memory.add_turn(turn(13))  # u12 evicted: pending in the loaded state
+    await returns_within(memory.flush(), what="WM-007: flush() of the loaded state")
+    first = scripted_summarizer.calls[made]
+    sent = users(first["turns"])
+    assert first["previous_summary"] == loaded_summary and set(sent) <= {"u12"}, (
+        f"WM-004: the first call after loading was sent {sent} with previous_summary "
+        f"{first['previous_summary']!r}; the loaded state holds u12 pending and the summary "
+        f"{loaded_summary!r} (u0 was the replaced state's)"
     )
 
 
@@ -663,6 +704,35 @@ async def test_flush_waits_for_everything_pending_at_call_time(make_memory, scri
     )
 
 
+@scenario("bound:upper")
+@req("WM-007")
+async def test_flush_does_not_wait_for_turns_evicted_after_it_was_called(
+    make_memory, scripted_summarizer
+):
+    """The other side: what ``flush()`` waits for is what is pending when it is called.
+    A turn evicted after the call is pending and summarized in its turn, but a flush
+    called before is done once the turns pending at its call are covered."""
+    memory = await make_memory(config(full_zone_turns=1), summarizer=scripted_summarizer)
+    scripted_summarizer.hold()
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))  # u0 evicted: call 1, held
+    await scripted_summarizer.wait_for_calls(1)
+    flushing = asyncio.ensure_future(memory.flush())
+    await asyncio.sleep(0.02)
+    assert not flushing.done(), "WM-007: flush() returned while u0's call was held"
+    await memory.add_turn(turn(2))  # u1 evicted after the flush was called
+    scripted_summarizer.let_one_through()  # call 1 succeeds: u0 is covered
+    try:
+        await returns_within(
+            flushing,
+            timeout=2,
+            what="WM-007: a flush() called while u0 alone was pending, once a summary "
+            "covered u0 (u1, evicted after the call, is still pending)",
+        )
+    finally:
+        scripted_summarizer.release()
+
+
 @req("WM-007")
 async def test_flush_waits_for_pending_turns_the_budget_hides(make_memory):
     """Pending turns the budget hides from the view are pending all the same (WM-006):
@@ -815,7 +885,13 @@ async def test_a_hung_call_of_many_turns_times_out_like_one_of_one(
         await memory.add_turn(turn(i))  # u1..u20 evicted while it is held
     scripted_summarizer.fail_always("hang")  # calls from now on; the held one succeeds
     scripted_summarizer.release()
-    await scripted_summarizer.wait_for_calls(2)
+    try:
+        await scripted_summarizer.wait_for_calls(2)
+    except TimeoutError:
+        raise PreconditionError(
+            "WM-003: u1..u20, evicted while the first call was held, got no call once it "
+            f"succeeded (view: {await memory_view(memory)})"
+        ) from None
     sent = len(scripted_summarizer.calls[1]["turns"])
     if sent <= 1:
         pytest.skip(

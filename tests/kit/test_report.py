@@ -46,7 +46,7 @@ def test_report_of_a_real_run_validates_and_says_what_ran(
     )
     result.stdout.fnmatch_lines(
         [
-            "stm_conformance 0.1.0, spec 1.4.0",
+            "stm_conformance 0.1.0, spec 1.5.0",
             "stm backend: reference = reference_impl.provider:provider (from cli: reference)",
             "stm capabilities declared: callbacks, key_resolution, persistence, "
             "rolling_summary, serialization, truncation",
@@ -71,7 +71,7 @@ def test_report_of_a_real_run_validates_and_says_what_ran(
         "source": "cli",
     }
     assert report["hypothesis"] == {"profile": "thorough", "seed": 7}
-    assert report["spec_version"] == "1.4.0"
+    assert report["spec_version"] == "1.5.0"
     assert report["run"]["complete"] is False
     assert report["levels_reached"] == []
     probes = {c["probe"]: c["outcome"] for c in report["checks"] if c["probe"]}
