@@ -818,11 +818,29 @@ async def test_error_policy_measures_pending_turns_and_the_summary(make_memory, 
     stay pending): each turn is refused exactly when the view with it -- recent, every
     pending turn and the summary -- would exceed ``total_max_tokens``, and taken otherwise,
     once at exactly the limit. The kit model decides; a refusal changes nothing."""
-    summary = "Earlier: the user asked how services should retry failed calls. "
-    summarizer, calls = _first_call_answers(summary)
-    total = 150
+    summarizer, calls = _first_call_answers(_SUMMARY)
+    memory, model = await _summarized_under_error_policy(make_memory, summarizer, calls)
+    refused, at_limit = await _add_under_error_policy(
+        memory, model, stm_provider, [50, 11, 44, 25, 41, 58, 5, 30, 32, 55, 3, 11], start=3
+    )
+    assert refused >= 2 and at_limit == 1, f"check setup: {refused} refused, {at_limit} at limit"
+
+
+_SUMMARY = "Earlier: the user asked how services should retry failed calls. "
+
+
+async def _summarized_under_error_policy(
+    make_memory: Any, summarizer: Any, calls: list[dict[str, Any]], **extra: Any
+) -> tuple[Any, SpecModel]:
+    """A memory under ``error`` (``total_max_tokens=150``, a window of two) whose first
+    call, for u0, installed ``_SUMMARY``; and the kit model of it. ``summarizer`` answers
+    its first call so and records every payload in ``calls``."""
     cfg = config(
-        full_zone_turns=2, total_max_tokens=total, summary_max_tokens=40, overflow_policy="error"
+        full_zone_turns=2,
+        total_max_tokens=150,
+        summary_max_tokens=40,
+        overflow_policy="error",
+        **extra,
     )
     model = SpecModel(cfg)
     memory = await make_memory(cfg, summarizer=summarizer)
@@ -830,25 +848,31 @@ async def test_error_policy_measures_pending_turns_and_the_summary(make_memory, 
         model.add(t)
         await memory.add_turn(t)
     view = await summary_or_failure(memory)
-    assert view.get("summary") == summary, (
+    assert view.get("summary") == _SUMMARY, (
         f"WM-003: the first call's summary was not installed (health {memory.health.value!r})"
     )
-    model.install(calls[0], summary)
-    refused, at_limit = await _add_under_error_policy(
-        memory, model, stm_provider, [50, 11, 44, 25, 41, 58, 5, 30, 32, 55, 3, 11], start=3
-    )
-    assert refused >= 2 and at_limit == 1, f"check setup: {refused} refused, {at_limit} at limit"
+    model.install(calls[0], _SUMMARY)
+    return memory, model
 
 
 async def _add_under_error_policy(
-    memory: Any, model: SpecModel, stm_provider: Any, pads: list[int], *, start: int
+    memory: Any,
+    model: SpecModel,
+    stm_provider: Any,
+    pads: list[int],
+    *,
+    start: int,
+    before_each: Callable[[SpecModel], Awaitable[None]] | None = None,
 ) -> tuple[int, int]:
     """Add ``turn(i, pad=pad)`` for each pad under ``error``, the kit model deciding each:
     refused exactly when the view with it would exceed ``total_max_tokens``, and then
-    unchanged. How many were refused, and how many taken at exactly the limit."""
+    unchanged. ``before_each`` checks what the check relies on before each turn. How many
+    were refused, and how many taken at exactly the limit."""
     total = model.config.budget.total_max_tokens
     refused = at_limit = 0
     for i, pad in enumerate(pads, start=start):
+        if before_each is not None:
+            await before_each(model)
         t = turn(i, pad=pad)
         trial = copy.deepcopy(model)
         trial.add(t)
@@ -880,41 +904,46 @@ async def _add_under_error_policy(
 async def test_error_policy_measures_the_summary_while_retrying(make_memory, stm_provider):
     """The same in RETRY, after a call failed: the view still shows the summary and every
     pending turn (only DEGRADED shows recent turns alone), so ``error`` measures them."""
-    summary = "Earlier: the user asked how services should retry failed calls. "
     calls: list[Any] = []
 
     async def summarizer(payload: Any) -> dict[str, str]:
         calls.append(copy.deepcopy(dict(payload)))
         if len(calls) == 1:
-            return {"summary": summary}
+            return {"summary": _SUMMARY}
         raise RuntimeError("the summarizer is down")
 
-    total = 150
-    cfg = config(
-        full_zone_turns=2,
-        total_max_tokens=total,
-        summary_max_tokens=40,
-        overflow_policy="error",
-        retry_backoff_base_s=30.0,
+    memory, model = await _summarized_under_error_policy(
+        make_memory, summarizer, calls, retry_backoff_base_s=30.0
     )
-    model = SpecModel(cfg)
-    memory = await make_memory(cfg, summarizer=summarizer)
-    for t in [turn(0), turn(1), turn(2)]:
-        model.add(t)
-        await memory.add_turn(t)
-    view = await summary_or_failure(memory)
-    assert view.get("summary") == summary, (
-        f"WM-003: the first call's summary was not installed (health {memory.health.value!r})"
-    )
-    model.install(calls[0], summary)
     model.add(turn(3))
     await memory.add_turn(turn(3))  # u1 evicted: the second call fails
     await eventually(
         lambda: memory.health.value == "retry",
         what="HLT-002: RETRY after a failed call (precondition)",
     )
+
+    async def still_retrying(model: SpecModel) -> None:
+        # What the model relies on: no retry within the 30 s backoff, and the turns evicted
+        # meanwhile pending and shown (the error policy hides none).
+        if memory.health.value != "retry":
+            raise PreconditionError(
+                f"HLT-002: the memory left RETRY ({memory.health.value}) long before its "
+                "30 s backoff ended"
+            )
+        shown = users((await memory_view(memory)).get("pending_turns", []))
+        held = [t.rendered["user"] for t in model.pending]
+        if shown != held:
+            raise PreconditionError(
+                f"WM-002: in RETRY pending shows {shown}, not the turns evicted: {held}"
+            )
+
     refused, _ = await _add_under_error_policy(
-        memory, model, stm_provider, [44, 25, 41, 58, 5, 30, 32, 55], start=4
+        memory,
+        model,
+        stm_provider,
+        [44, 25, 41, 58, 5, 30, 32, 55],
+        start=4,
+        before_each=still_retrying,
     )
     assert refused >= 1, f"check setup: {refused} refused"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -171,6 +172,34 @@ async def test_the_first_summary_after_a_load_reports_the_loaded_one_as_old(
     assert new == (await memory_view(memory))["summary"]
 
 
+async def _a_call_made_stale(
+    make_memory: Any, cfg: Any, *, fails: bool
+) -> tuple[Any, Callable[[], int]]:
+    """A memory whose first call (for u0) is held while ``from_dict`` loads the memory's
+    own state, then let go: it answers, or raises if ``fails``; every later call ``n``
+    answers ``summary of call n``. The memory, and how many calls were made so far."""
+    gate = asyncio.Event()
+    calls = 0
+
+    async def summarizer(payload: Any) -> dict[str, str]:
+        nonlocal calls
+        calls += 1
+        number = calls
+        if number == 1:
+            await gate.wait()
+            if fails:
+                raise RuntimeError("the replaced state's call fails")
+        return {"summary": f"summary of call {number}"}
+
+    memory = await make_memory(cfg, summarizer=summarizer)
+    await memory.add_turn(turn(0))
+    await memory.add_turn(turn(1))  # u0 evicted: call 1, held
+    await eventually(lambda: calls >= 1, what="WM-002: a call for u0 (precondition)")
+    memory.from_dict(json_state(memory))  # call 1 is now the replaced state's
+    gate.set()
+    return memory, lambda: calls
+
+
 @req("CB-003")
 @pytest.mark.stm_capability("rolling_summary")
 @pytest.mark.stm_capability("serialization")
@@ -178,28 +207,12 @@ async def test_a_failure_from_dict_made_stale_is_not_reported(make_memory, recor
     """A call in flight when ``from_dict`` replaces the state belongs to the replaced
     state (WM-004): its failure changes the health of no state the memory holds, so
     ``on_health_changed`` reports no transition; the loaded state stays HEALTHY."""
-    gate = asyncio.Event()
-    calls = 0
-
-    async def summarizer(payload: Any) -> dict[str, str]:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            await gate.wait()
-            raise RuntimeError("the replaced state's call fails")
-        return {"summary": f"summary of call {calls}"}
-
     cfg = config(
         full_zone_turns=1, retry_backoff_base_s=30.0, **recording_callbacks.config_kwargs()
     )
-    memory = await make_memory(cfg, summarizer=summarizer)
-    await memory.add_turn(turn(0))
-    await memory.add_turn(turn(1))  # u0 evicted: call 1, held
-    await eventually(lambda: calls >= 1, what="WM-002: a call for u0 (precondition)")
-    memory.from_dict(json_state(memory))  # call 1 is now the replaced state's
-    gate.set()
+    memory, calls = await _a_call_made_stale(make_memory, cfg, fails=True)
     await eventually(
-        lambda: calls >= 2 or memory.health.value != "healthy",
+        lambda: calls() >= 2 or memory.health.value != "healthy",
         what="WM-004: u0, pending in the loaded state, sent to a call of its own (precondition)",
     )
     await recording_callbacks.settle()
@@ -221,29 +234,13 @@ async def test_a_summary_from_dict_made_stale_is_not_reported(make_memory, recor
     """A call in flight when ``from_dict`` replaces the state belongs to the replaced
     state (WM-004): its summary is never installed, so ``on_summary_updated`` never
     reports it. The loaded state's own summary is reported, once."""
-    gate = asyncio.Event()
-    calls = 0
-
-    async def summarizer(payload: Any) -> dict[str, str]:
-        nonlocal calls
-        calls += 1
-        number = calls
-        if number == 1:
-            await gate.wait()
-        return {"summary": f"summary of call {number}"}
-
     cfg = config(full_zone_turns=1, **recording_callbacks.config_kwargs())
-    memory = await make_memory(cfg, summarizer=summarizer)
-    await memory.add_turn(turn(0))
-    await memory.add_turn(turn(1))  # u0 evicted: call 1, held
-    await eventually(lambda: calls >= 1, what="WM-002: a call for u0 (precondition)")
-    memory.from_dict(json_state(memory))  # call 1 is now the replaced state's
-    gate.set()
+    memory, calls = await _a_call_made_stale(make_memory, cfg, fails=False)
     await returns_within(memory.flush(), what="WM-007: flush() after the load")
     await recording_callbacks.settle()
-    if calls != 2:
+    if calls() != 2:
         raise PreconditionError(
-            f"WM-004: u0, pending in the loaded state, went to {calls - 1} calls after the "
+            f"WM-004: u0, pending in the loaded state, went to {calls() - 1} calls after the "
             f"load, not one"
         )
     installed = (await memory_view(memory)).get("summary")

@@ -129,8 +129,10 @@ async def test_empty_and_repeated_turns_are_sent_to_the_summarizer(
     is not a summary of that turn."""
     memory = await make_memory(config(full_zone_turns=1), summarizer=scripted_summarizer)
     scripted_summarizer.hold()
+    # Repeats of a later turn than the held call's (an install that removes the turns equal
+    # to one it was sent, unsent, is WM-003's case).
     added = [
-        ("q0", "a0"), ("", ""), (" ", "\n"), ("q0", "a0"), ("q0", "a0"), ("", "a5"), ("q6", ""),
+        ("q0", "a0"), ("", ""), (" ", "\n"), ("q3", "a3"), ("q3", "a3"), ("", "a5"), ("q6", ""),
     ]  # fmt: skip
     for user, assistant in added:
         await memory.add_turn(ConversationTurn(user_message=user, assistant_response=assistant))
@@ -143,6 +145,9 @@ async def test_empty_and_repeated_turns_are_sent_to_the_summarizer(
         )
     scripted_summarizer.release()
     await returns_within(memory.flush(), what="WM-007: flush() with every call succeeding")
+    left = (await memory_view(memory)).get("pending_turns")
+    if left:
+        raise PreconditionError(f"WM-007: flush() returned with {left} pending")
     sent = [
         (t.get("user"), t.get("assistant"))
         for call, output in zip(scripted_summarizer.calls, scripted_summarizer.outputs, strict=True)

@@ -19,6 +19,10 @@ from stm_redis.provider import fakeredis_provider
 
 BREAKS = "CON-002"
 COLLATERAL = {
+    "WM-004": (
+        "the outcome of a failed call, written back blind over a from_dict made during its "
+        "backoff, brings back the replaced state: the next call is sent its turns"
+    ),
     "CON-001": (
         "a recovery attempt the worker starts while turns are added (on a loaded machine, "
         "once degraded_retry_interval_s has passed) writes back, blind, the state it read "
