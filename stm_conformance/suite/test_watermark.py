@@ -143,6 +143,14 @@ async def test_empty_and_repeated_turns_are_sent_to_the_summarizer(
             f"WM-002: pending shows {pending} with the calls held, not every turn evicted: "
             f"{added[:-1]}"
         )
+    scripted_summarizer.let_one_through()  # the held call, sent q0 alone, lands first
+    view = await summary_or_failure(memory)
+    pending = [(t.get("user"), t.get("assistant")) for t in view.get("pending_turns", [])]
+    if pending != added[1:-1]:
+        raise PreconditionError(
+            f"WM-003: once the call sent q0 alone installed its summary, pending shows "
+            f"{pending}, not the turns evicted while it ran: {added[1:-1]}"
+        )
     scripted_summarizer.release()
     await returns_within(memory.flush(), what="WM-007: flush() with every call succeeding")
     left = (await memory_view(memory)).get("pending_turns")
