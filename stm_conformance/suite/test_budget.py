@@ -921,17 +921,25 @@ async def test_error_policy_measures_the_summary_while_retrying(make_memory, stm
         lambda: memory.health.value == "retry",
         what="HLT-002: RETRY after a failed call (precondition)",
     )
+    failed_batch = [t.rendered["user"] for t in model.pending]  # pending when RETRY began
 
     async def still_retrying(model: SpecModel) -> None:
-        # What the model relies on: no retry within the 30 s backoff, and the turns evicted
-        # meanwhile pending and shown (the error policy hides none).
+        # What the model relies on: no retry within the 30 s backoff, the summary and the
+        # turns pending when RETRY began still shown (HLT-003), and the turns evicted since
+        # pending too (WM-002; the error policy hides none).
         if memory.health.value != "retry":
             raise PreconditionError(
                 f"HLT-002: the memory left RETRY ({memory.health.value}) long before its "
                 "30 s backoff ended"
             )
-        shown = users((await memory_view(memory)).get("pending_turns", []))
+        view = await memory_view(memory)
+        shown = users(view.get("pending_turns", []))
         held = [t.rendered["user"] for t in model.pending]
+        if view.get("summary") != _SUMMARY or not set(failed_batch) <= set(shown):
+            raise PreconditionError(
+                f"HLT-003: in RETRY the view shows the summary {view.get('summary')!r} and "
+                f"pending {shown}, not the last good summary and the pending {failed_batch}"
+            )
         if shown != held:
             raise PreconditionError(
                 f"WM-002: in RETRY pending shows {shown}, not the turns evicted: {held}"
