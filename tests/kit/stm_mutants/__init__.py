@@ -31,7 +31,8 @@ module's function does it for its own memory only (``_util.own_memory_only``); o
 changes a step of the summarizer worker runs the reference's worker with that step changed
 (``_util.work``), rather than a copy of it; one that changes the health machine gives its
 subclass to ``_util.with_health``, and one that changes the budget its ``Budget`` subclass
-to ``_util.with_budget``; one that changes a step of a load replaces it for its loads
+to ``_util.with_budget`` (or, for ``hydrate``'s load alone, to
+``_util.hydrating_with``); one that changes a step of a load replaces it for its loads
 only (``_util.own_loads_only``).
 
 A requirement only a backend of shared state has (CON-002: ``shared_state``, which the

@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
-from reference_impl import keys, watermark
+from reference_impl import keys, schema, watermark
 from reference_impl.budget import Budget
 from reference_impl.entries import MemoryState
 from reference_impl.health import HealthMachine
@@ -196,6 +196,27 @@ def with_budget(budget_class: type[Budget]) -> type[DefaultShortTermMemory]:
             self._budget = budget_class.for_config(self._config)
 
     return BudgetMemory
+
+
+def hydrating_with(budget_class: type[Budget]) -> type[DefaultShortTermMemory]:
+    """The reference memory whose ``afrom_dict`` (the stepwise load ``hydrate`` runs)
+    measures with ``budget_class``, a ``Budget`` subclass (with ``__slots__ = ()``) that
+    changes one rule; ``from_dict`` and everything else as the reference."""
+
+    class HydrateBudgetMemory(DefaultShortTermMemory):
+        async def afrom_dict(self, state: Mapping[str, Any]) -> None:
+            budget = budget_class(self._config, self._budget.meter)
+            steps = schema.load_steps(state, self._config, budget, self._state.key)
+            while True:
+                try:
+                    next(steps)
+                except StopIteration as done:
+                    loaded: MemoryState = done.value
+                    break
+                await asyncio.sleep(0)
+            self._install(loaded)
+
+    return HydrateBudgetMemory
 
 
 def own_loads_only(

@@ -13,16 +13,11 @@ smaller ``total_max_tokens`` is brought within it").
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Mapping
-from typing import Any
-
-from reference_impl import schema
 from reference_impl.budget import Budget
 from reference_impl.entries import MemoryState
-from reference_impl.memory import DefaultShortTermMemory
 
 from . import mutant_provider
+from ._util import hydrating_with
 
 BREAKS = "BUD-001"
 COLLATERAL: dict[str, str] = {}
@@ -35,18 +30,4 @@ class UntrimmedLoadBudget(Budget):
         state.show_all_pending()  # MUTATION: the visible run reset, the budget not enforced
 
 
-class UntrimmedHydrateMemory(DefaultShortTermMemory):
-    async def afrom_dict(self, state: Mapping[str, Any]) -> None:
-        budget = UntrimmedLoadBudget(self._config, self._budget.meter)
-        steps = schema.load_steps(state, self._config, budget, self._state.key)
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                loaded: MemoryState = done.value
-                break
-            await asyncio.sleep(0)
-        self._install(loaded)
-
-
-provider = mutant_provider("bud001-hydrate-not-trimmed", UntrimmedHydrateMemory)
+provider = mutant_provider("bud001-hydrate-not-trimmed", hydrating_with(UntrimmedLoadBudget))

@@ -11,16 +11,10 @@ over ``summary_max_tokens`` is clipped or refused").
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Mapping
-from typing import Any
-
-from reference_impl import schema
 from reference_impl.budget import Budget
-from reference_impl.entries import MemoryState
-from reference_impl.memory import DefaultShortTermMemory
 
 from . import mutant_provider
+from ._util import hydrating_with
 
 BREAKS = "BUD-002"
 COLLATERAL: dict[str, str] = {}
@@ -33,18 +27,4 @@ class TrustingBudget(Budget):
         return True  # MUTATION: a stored summary is taken as within summary_max_tokens
 
 
-class TrustingHydrateMemory(DefaultShortTermMemory):
-    async def afrom_dict(self, state: Mapping[str, Any]) -> None:
-        budget = TrustingBudget(self._config, self._budget.meter)
-        steps = schema.load_steps(state, self._config, budget, self._state.key)
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                loaded: MemoryState = done.value
-                break
-            await asyncio.sleep(0)
-        self._install(loaded)
-
-
-provider = mutant_provider("bud002-hydrated-summary-not-clipped", TrustingHydrateMemory)
+provider = mutant_provider("bud002-hydrated-summary-not-clipped", hydrating_with(TrustingBudget))
